@@ -1,0 +1,56 @@
+// The device adapter interface: what the engine needs from a kind of device.
+// `host` (plain CPU memory) runs everywhere; `cuda` comes with the GPU work.
+// The public flagcxDeviceHandle table is built on top of one of these.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "flagcx.h"
+
+namespace flagcx {
+
+// Work placed on a stream: a plain function and its argument, so that
+// enqueueing allocates nothing.  A task that fails records its error on the
+// stream; streamSynchronize returns it.
+struct StreamTask {
+  flagcxResult_t (*run)(void *arg);
+  void *arg;
+};
+
+class DeviceAdapter {
+ public:
+  virtual ~DeviceAdapter() = default;
+  virtual const char *name() const = 0;  // "host", "cuda"
+  // The public function table for this device (static storage; never freed).
+  virtual flagcxDeviceHandle *handle() = 0;
+
+  // dst[i] = a[i] op b[i] for i < count; dst may alias a or b.  With a NULL
+  // stream it runs now on the calling thread.
+  virtual flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,
+                                flagcxDataType_t dtype, flagcxRedOp_t op,
+                                flagcxStream_t stream) = 0;
+  // dst[i] = src[i] / divisor (the final step of Avg); integers truncate.
+  virtual flagcxResult_t divide(void *dst, const void *src, size_t count,
+                                flagcxDataType_t dtype, uint64_t divisor,
+                                flagcxStream_t stream) = 0;
+  // Plain copy, NULL stream = now.
+  virtual flagcxResult_t copy(void *dst, const void *src, size_t bytes,
+                              flagcxStream_t stream) = 0;
+  // Run `task` in stream order (NULL stream: now, on the calling thread).
+  virtual flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) = 0;
+};
+
+// The host adapter (always available).
+DeviceAdapter *hostAdapter();
+// The adapter chosen by FLAGCX_DEVICE (auto = cuda when usable, else host).
+DeviceAdapter *selectedAdapter();
+
+// Scalar-free, vectorizable reduction kernels for CPU memory (every dtype x
+// op; half and bfloat16 go through float).  Exposed for tests and for the
+// shared-memory fast paths.
+flagcxResult_t hostReduce(void *dst, const void *a, const void *b, size_t count,
+                          flagcxDataType_t dtype, flagcxRedOp_t op);
+flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
+                          uint64_t divisor);
+
+}  // namespace flagcx

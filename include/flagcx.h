@@ -1,0 +1,258 @@
+/* flagcx public C API.  Names, values, argument order and struct layouts follow
+ * FlagCX so that programs written for it compile unchanged (see API.md). */
+#ifndef FLAGCX_H_
+#define FLAGCX_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLAGCX_MAJOR 0
+#define FLAGCX_MINOR 1
+#define FLAGCX_PATCH 0
+#define FLAGCX_VERSION_CODE (FLAGCX_MAJOR * 10000 + FLAGCX_MINOR * 100 + FLAGCX_PATCH)
+
+typedef enum {
+  flagcxSuccess = 0,
+  flagcxUnhandledDeviceError = 1,
+  flagcxSystemError = 2,
+  flagcxInternalError = 3,
+  flagcxInvalidArgument = 4,
+  flagcxInvalidUsage = 5,
+  flagcxRemoteError = 6,
+  flagcxInProgress = 7,
+  flagcxUnhandledCCLError = 8,
+  flagcxNotSupported = 9,
+  flagcxNumResults = 10
+} flagcxResult_t;
+
+typedef enum {
+  flagcxInt8 = 0, flagcxChar = 0,
+  flagcxUint8 = 1,
+  flagcxInt32 = 2, flagcxInt = 2,
+  flagcxUint32 = 3,
+  flagcxInt64 = 4,
+  flagcxUint64 = 5,
+  flagcxFloat16 = 6, flagcxHalf = 6,
+  flagcxFloat32 = 7, flagcxFloat = 7,
+  flagcxFloat64 = 8, flagcxDouble = 8,
+  flagcxBfloat16 = 9,
+  flagcxNumTypes = 10
+} flagcxDataType_t;
+
+typedef enum {
+  flagcxSum = 0,
+  flagcxProd = 1,
+  flagcxMax = 2,
+  flagcxMin = 3,
+  flagcxAvg = 4,
+  flagcxRedNoOp = 5,
+  flagcxNumRedOps = 5
+} flagcxRedOp_t;
+
+typedef enum {
+  flagcxCommOpSend = 0,
+  flagcxCommOpRecv = 1,
+  flagcxCommOpBroadcast = 2,
+  flagcxCommOpGather = 3,
+  flagcxCommOpScatter = 4,
+  flagcxCommOpReduce = 5,
+  flagcxCommOpAllReduce = 6,
+  flagcxCommOpAllGather = 7,
+  flagcxCommOpReduceScatter = 8,
+  flagcxCommOpAlltoAll = 9,
+  flagcxCommOpAlltoAllv = 10,
+  flagcxCommNoOp = 11,
+  flagcxNumCommOps = 12
+} flagcxCommOp_t;
+
+typedef enum {
+  flagcxMemcpyHostToDevice = 0,
+  flagcxMemcpyDeviceToHost = 1,
+  flagcxMemcpyDeviceToDevice = 2
+} flagcxMemcpyType_t;
+
+typedef enum {
+  flagcxMemHost = 0, /* page-locked host memory */
+  flagcxMemDevice = 1,
+  flagcxMemManaged = 2
+} flagcxMemType_t;
+
+typedef enum {
+  flagcxEventDefault = 0,
+  flagcxEventDisableTiming = 1
+} flagcxEventType_t;
+
+#define FLAGCX_UNIQUE_ID_BYTES 256
+typedef struct {
+  char internal[FLAGCX_UNIQUE_ID_BYTES];
+} flagcxUniqueId;
+typedef flagcxUniqueId *flagcxUniqueId_t;
+
+typedef struct flagcxComm *flagcxComm_t;
+typedef struct flagcxStream *flagcxStream_t;
+typedef struct flagcxEvent *flagcxEvent_t;
+typedef struct flagcxIpcMemHandle *flagcxIpcMemHandle_t;
+typedef struct flagcxSymWindow *flagcxSymWindow_t;
+typedef flagcxSymWindow_t flagcxWindow_t;
+
+#define FLAGCX_WIN_DEFAULT 0x00
+#define FLAGCX_WIN_COLL_SYMMETRIC 0x01
+
+#define FLAGCX_PTR_HOST 1
+#define FLAGCX_PTR_CUDA 2
+#define FLAGCX_PTR_DMABUF 4
+
+/* A table of device operations, filled by flagcxDeviceHandleInit for the
+ * device this process drives (FLAGCX_DEVICE).  A NULL stream in
+ * deviceMalloc/Free/Memcpy/Memset means "now, synchronously". */
+struct flagcxDeviceHandle {
+  flagcxResult_t (*deviceSynchronize)(void);
+  flagcxResult_t (*deviceMemcpy)(void *dst, void *src, size_t size,
+                                 flagcxMemcpyType_t type, flagcxStream_t stream);
+  flagcxResult_t (*deviceMemset)(void *ptr, int value, size_t size,
+                                 flagcxMemType_t type, flagcxStream_t stream);
+  flagcxResult_t (*deviceMalloc)(void **ptr, size_t size, flagcxMemType_t type,
+                                 flagcxStream_t stream);
+  flagcxResult_t (*deviceFree)(void *ptr, flagcxMemType_t type, flagcxStream_t stream);
+  flagcxResult_t (*setDevice)(int dev);
+  flagcxResult_t (*getDevice)(int *dev);
+  flagcxResult_t (*getDeviceCount)(int *count);
+  flagcxResult_t (*getVendor)(char *vendor);
+  flagcxResult_t (*hostGetDevicePointer)(void **pDevice, void *pHost);
+  flagcxResult_t (*streamCreate)(flagcxStream_t *stream);
+  flagcxResult_t (*streamDestroy)(flagcxStream_t stream);
+  flagcxResult_t (*streamCopy)(flagcxStream_t *newStream, void *oldStream);
+  flagcxResult_t (*streamFree)(flagcxStream_t stream);
+  flagcxResult_t (*streamSynchronize)(flagcxStream_t stream);
+  flagcxResult_t (*streamQuery)(flagcxStream_t stream);
+  flagcxResult_t (*streamWaitEvent)(flagcxStream_t stream, flagcxEvent_t event);
+  flagcxResult_t (*eventCreate)(flagcxEvent_t *event, flagcxEventType_t eventType);
+  flagcxResult_t (*eventDestroy)(flagcxEvent_t event);
+  flagcxResult_t (*eventRecord)(flagcxEvent_t event, flagcxStream_t stream);
+  flagcxResult_t (*eventSynchronize)(flagcxEvent_t event);
+  flagcxResult_t (*eventQuery)(flagcxEvent_t event);
+  flagcxResult_t (*ipcMemHandleCreate)(flagcxIpcMemHandle_t *handle, size_t *size);
+  flagcxResult_t (*ipcMemHandleGet)(flagcxIpcMemHandle_t handle, void *devPtr);
+  flagcxResult_t (*ipcMemHandleOpen)(flagcxIpcMemHandle_t handle, void **devPtr);
+  flagcxResult_t (*ipcMemHandleClose)(void *devPtr);
+  flagcxResult_t (*ipcMemHandleFree)(flagcxIpcMemHandle_t handle);
+};
+typedef struct flagcxDeviceHandle *flagcxDeviceHandle_t;
+
+/* Deprecated: use flagcxDeviceHandleInit/Free. */
+struct flagcxHandlerGroup {
+  flagcxUniqueId_t uniqueId;
+  flagcxComm_t comm;
+  flagcxDeviceHandle_t devHandle;
+};
+typedef struct flagcxHandlerGroup *flagcxHandlerGroup_t;
+
+flagcxResult_t flagcxDeviceHandleInit(flagcxDeviceHandle_t *devHandle);
+flagcxResult_t flagcxDeviceHandleFree(flagcxDeviceHandle_t devHandle);
+flagcxResult_t flagcxHandleInit(flagcxHandlerGroup_t *handler);
+flagcxResult_t flagcxHandleFree(flagcxHandlerGroup_t handler);
+
+size_t getFlagcxDataTypeSize(flagcxDataType_t dtype);
+flagcxResult_t flagcxGetVersion(int *version);
+const char *flagcxGetErrorString(flagcxResult_t result);
+const char *flagcxGetLastError(flagcxComm_t comm);
+
+/* Memory suited to registration on this process's device. */
+flagcxResult_t flagcxMemAlloc(void **ptr, size_t size);
+flagcxResult_t flagcxMemFree(void *ptr);
+
+flagcxResult_t flagcxCommRegister(const flagcxComm_t comm, void *buff, size_t size,
+                                  void **handle);
+flagcxResult_t flagcxCommDeregister(const flagcxComm_t comm, void *handle);
+flagcxResult_t flagcxCommWindowRegister(flagcxComm_t comm, void *buff, size_t size,
+                                        flagcxSymWindow_t *win, int winFlags);
+flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxSymWindow_t win);
+
+/* Communicator life cycle and queries. */
+flagcxResult_t flagcxGetUniqueId(flagcxUniqueId_t uniqueId);
+flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
+                                  flagcxUniqueId_t commId, int rank);
+flagcxResult_t flagcxCommFinalize(flagcxComm_t comm);
+flagcxResult_t flagcxCommDestroy(flagcxComm_t comm);
+flagcxResult_t flagcxCommAbort(flagcxComm_t comm);
+flagcxResult_t flagcxCommSuspend(flagcxComm_t comm);
+flagcxResult_t flagcxCommResume(flagcxComm_t comm);
+flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm, flagcxResult_t *asyncError);
+flagcxResult_t flagcxCommCount(const flagcxComm_t comm, int *count);
+flagcxResult_t flagcxCommUserRank(const flagcxComm_t comm, int *rank);
+flagcxResult_t flagcxCommGetDeviceNumber(const flagcxComm_t comm, int *device);
+flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo);
+
+/* Collectives: stream-ordered, they return once enqueued. */
+flagcxResult_t flagcxBarrier(flagcxComm_t comm, flagcxStream_t stream);
+flagcxResult_t flagcxReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            flagcxDataType_t datatype, flagcxRedOp_t op, int root,
+                            flagcxComm_t comm, flagcxStream_t stream);
+flagcxResult_t flagcxGather(const void *sendbuff, void *recvbuff, size_t count,
+                            flagcxDataType_t datatype, int root, flagcxComm_t comm,
+                            flagcxStream_t stream);
+flagcxResult_t flagcxScatter(const void *sendbuff, void *recvbuff, size_t count,
+                             flagcxDataType_t datatype, int root, flagcxComm_t comm,
+                             flagcxStream_t stream);
+flagcxResult_t flagcxBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                               flagcxDataType_t datatype, int root, flagcxComm_t comm,
+                               flagcxStream_t stream);
+flagcxResult_t flagcxAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                               flagcxDataType_t datatype, flagcxRedOp_t op,
+                               flagcxComm_t comm, flagcxStream_t stream);
+flagcxResult_t flagcxReduceScatter(const void *sendbuff, void *recvbuff,
+                                   size_t recvcount, flagcxDataType_t datatype,
+                                   flagcxRedOp_t op, flagcxComm_t comm,
+                                   flagcxStream_t stream);
+flagcxResult_t flagcxAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                               flagcxDataType_t datatype, flagcxComm_t comm,
+                               flagcxStream_t stream);
+flagcxResult_t flagcxAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                              flagcxDataType_t datatype, flagcxComm_t comm,
+                              flagcxStream_t stream);
+flagcxResult_t flagcxAlltoAllv(const void *sendbuff, size_t *sendcounts,
+                               size_t *sdispls, void *recvbuff, size_t *recvcounts,
+                               size_t *rdispls, flagcxDataType_t datatype,
+                               flagcxComm_t comm, flagcxStream_t stream);
+flagcxResult_t flagcxSend(const void *sendbuff, size_t count, flagcxDataType_t datatype,
+                          int peer, flagcxComm_t comm, flagcxStream_t stream);
+flagcxResult_t flagcxRecv(void *recvbuff, size_t count, flagcxDataType_t datatype,
+                          int peer, flagcxComm_t comm, flagcxStream_t stream);
+flagcxResult_t flagcxGroupStart(flagcxComm_t comm);
+flagcxResult_t flagcxGroupEnd(flagcxComm_t comm);
+
+/* One-sided operations (regions registered collectively, indexed by MrIdx). */
+flagcxResult_t flagcxOneSideRegister(const flagcxComm_t comm, void *buff, size_t size);
+flagcxResult_t flagcxOneSideSignalRegister(const flagcxComm_t comm, void *buff,
+                                           size_t size, int ptrType);
+flagcxResult_t flagcxOneSideStagingRegister(const flagcxComm_t comm, void *buff,
+                                            size_t size);
+flagcxResult_t flagcxOneSideStagingDeregister(const flagcxComm_t comm);
+flagcxResult_t flagcxGet(flagcxComm_t comm, int peer, size_t srcOffset, size_t dstOffset,
+                         size_t size, int srcMrIdx, int dstMrIdx);
+flagcxResult_t flagcxPut(flagcxComm_t comm, int peer, size_t srcOffset, size_t dstOffset,
+                         size_t size, int srcMrIdx, int dstMrIdx);
+flagcxResult_t flagcxBatchPut(flagcxComm_t comm, int peer, int n,
+                              const size_t *srcOffsets, const size_t *dstOffsets,
+                              const size_t *sizes, int srcMrIdx, int dstMrIdx);
+flagcxResult_t flagcxPutSignal(flagcxComm_t comm, int peer, size_t srcOffset,
+                               size_t dstOffset, size_t size, size_t signalOffset,
+                               int srcMrIdx, int dstMrIdx, uint64_t signalValue);
+flagcxResult_t flagcxPutValue(flagcxComm_t comm, int peer, uint64_t value,
+                              size_t dstOffset, int dstMrIdx);
+flagcxResult_t flagcxSignal(flagcxComm_t comm, int peer, size_t signalOffset,
+                            uint64_t signalValue);
+flagcxResult_t flagcxWaitSignal(flagcxComm_t comm, int peer, size_t signalOffset,
+                                uint64_t expected, flagcxStream_t stream);
+flagcxResult_t flagcxReadCounter(flagcxComm_t comm, uint64_t *count);
+flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLAGCX_H_ */

@@ -1,0 +1,54 @@
+// The transport interface.  A Conn is an ordered, bidirectional message
+// channel to one peer: the k-th send posted on one side matches the k-th
+// receive posted on the other.  Every message carries a header (length, tag)
+// that the receiver checks before a byte reaches the user's buffer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "flagcx.h"
+
+namespace flagcx {
+
+class Bootstrap;
+
+class Conn {
+ public:
+  virtual ~Conn() = default;
+  virtual const char *kind() const = 0;  // "shm", "socket"
+  virtual int peer() const = 0;
+
+  // Post a send of `bytes` from buf (kept valid until done).  `req` receives a
+  // handle for test(); at most kMaxPosted requests are outstanding per Conn.
+  virtual flagcxResult_t isend(const void *buf, size_t bytes, uint64_t tag, int *req) = 0;
+  // Post a receive of at most `bytes`.  A message with another tag, or longer
+  // than `bytes`, fails the Conn with flagcxInvalidUsage and a log line.
+  virtual flagcxResult_t irecv(void *buf, size_t bytes, uint64_t tag, int *req) = 0;
+  // Advance both directions as far as possible without blocking; report
+  // whether `req` is complete and, for receives, how many bytes arrived.  A
+  // completed request's handle is released by this call.
+  virtual flagcxResult_t test(int req, bool *done, size_t *bytes) = 0;
+  // Advance without asking about a request.
+  virtual flagcxResult_t progress() = 0;
+
+  static constexpr int kMaxPosted = 256;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char *name() const = 0;
+  // Collective over the communicator: every rank calls it once with the
+  // ranks it will reach through this transport (ascending; symmetric: if a
+  // lists b then b lists a).  Produces nchannels Conns per peer, in
+  // out[i * nchannels + c] order.  All waits are bounded by FLAGCX_TIMEOUT.
+  virtual flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers,
+                                    int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
+};
+
+std::unique_ptr<Transport> makeShmTransport();
+std::unique_ptr<Transport> makeSocketTransport();
+
+}  // namespace flagcx

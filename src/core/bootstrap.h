@@ -1,0 +1,64 @@
+// The bootstrap: out-of-band TCP rendezvous and small messages between ranks.
+// Every rank connects to the root named in the unique id, proves it knows the
+// id's secret, and learns every other rank's address and host identity.  The
+// rest of the library uses it for set-up exchanges (allgather, broadcast,
+// barrier, tagged send/recv); it never carries collective payloads.
+#pragma once
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/socket.h"
+#include "flagcx.h"
+
+namespace flagcx {
+
+struct PeerInfo {
+  uint64_t hostHash = 0;   // equal on ranks of one host (FLAGCX_HOSTID overrides)
+  int32_t pid = 0;
+  int32_t deviceKind = 0;  // 0 host, 1 cuda
+  int32_t deviceIndex = 0;
+  int32_t pad = 0;
+  SockAddr bootAddr;       // where this rank's bootstrap listens
+  char host[64] = {};      // host name, for messages
+};
+
+class Bootstrap {
+ public:
+  ~Bootstrap();
+  // Collective over all ranks of the id: blocks until every rank arrived or
+  // FLAGCX_TIMEOUT expires (the error then names the missing ranks).
+  static flagcxResult_t create(const flagcxUniqueId &id, int rank, int nranks,
+                               const PeerInfo &self, std::unique_ptr<Bootstrap> *out);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const std::vector<PeerInfo> &peers() const { return peers_; }
+  const Secret &secret() const { return secret_; }
+
+  // Tagged point-to-point: a recv takes the oldest message from `peer` with
+  // `tag` and requires its size to equal `size`.
+  flagcxResult_t send(int peer, uint32_t tag, const void *data, size_t size);
+  flagcxResult_t recv(int peer, uint32_t tag, void *data, size_t size);
+  // data holds nranks slots of `size` bytes; slot rank() is this rank's.
+  flagcxResult_t allgather(void *data, size_t size);
+  flagcxResult_t bcast(void *data, size_t size, int root);
+  flagcxResult_t barrier();
+  // Unblock and fail every pending and future call (used by abort).
+  void abort();
+
+ private:
+  Bootstrap() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, nranks_ = 0;
+  Secret secret_{};
+  std::vector<PeerInfo> peers_;
+};
+
+}  // namespace flagcx

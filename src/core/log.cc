@@ -1,0 +1,191 @@
+#include "log.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "params.h"
+
+namespace flagcx {
+namespace {
+
+struct LogState {
+  LogLevel level = LogLevel::Warn;
+  uint32_t mask = kInit | kEnv;
+  FILE *out = stderr;
+  char host[64] = "?";
+};
+
+std::mutex g_mu;
+LogState g_state;
+std::atomic<bool> g_ready{false};
+thread_local int t_rank = -1;
+thread_local char t_lastError[1024];
+char g_lastError[1024];
+
+const struct {
+  const char *name;
+  uint32_t bit;
+} kSubsys[] = {{"INIT", kInit}, {"COLL", kColl},   {"P2P", kP2P},
+               {"NET", kNet},   {"SHM", kShm},     {"BOOTSTRAP", kBootstrap},
+               {"ENV", kEnv},   {"TUNING", kTuning}, {"ALLOC", kAlloc}};
+
+const char *subsysName(uint32_t s) {
+  for (const auto &e : kSubsys)
+    if (s & e.bit) return e.name;
+  return "ALL";
+}
+
+std::string upper(std::string s) {
+  for (auto &c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+void initLocked() {
+  if (g_ready.load(std::memory_order_acquire)) return;
+  gethostname(g_state.host, sizeof(g_state.host) - 1);
+  char *dot = strchr(g_state.host, '.');
+  if (dot) *dot = '\0';
+  g_state.level = parseLogLevel(paramStr(Param::DEBUG));
+  g_state.mask = parseSubsysMask(paramStr(Param::DEBUG_SUBSYS));
+  const std::string &file = paramStr(Param::DEBUG_FILE);
+  if (!file.empty()) {
+    std::string name = expandLogFileName(file);
+    FILE *f = fopen(name.c_str(), "a");
+    if (f) {
+      setvbuf(f, nullptr, _IOLBF, 0);
+      g_state.out = f;
+    } else {
+      fprintf(stderr, "flagcx WARN cannot open FLAGCX_DEBUG_FILE=%s (%s); logging to stderr\n",
+              name.c_str(), strerror(errno));
+    }
+  }
+  g_ready.store(true, std::memory_order_release);
+  std::string unknown = paramsUnknownNames();
+  if (!unknown.empty() && g_state.level >= LogLevel::Warn) {
+    fprintf(g_state.out,
+            "%s:%d:%ld [%d] flagcx WARN ENV unknown variable(s) %s ignored; "
+            "`flagcx-info --env` lists the known ones\n",
+            g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank,
+            unknown.c_str());
+  }
+}
+
+void ensureInit() {
+  if (g_ready.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lk(g_mu);
+  initLocked();
+}
+
+}  // namespace
+
+LogLevel parseLogLevel(const std::string &s) {
+  std::string u = upper(s);
+  if (u == "NONE") return LogLevel::None;
+  if (u == "VERSION") return LogLevel::Version;
+  if (u == "INFO") return LogLevel::Info;
+  if (u == "TRACE") return LogLevel::Trace;
+  return LogLevel::Warn;
+}
+
+uint32_t parseSubsysMask(const std::string &s) {
+  std::string u = upper(s);
+  bool negate = !u.empty() && u[0] == '^';
+  if (negate) u.erase(0, 1);
+  uint32_t mask = 0;
+  size_t pos = 0;
+  while (pos <= u.size()) {
+    size_t comma = u.find(',', pos);
+    if (comma == std::string::npos) comma = u.size();
+    std::string tok = u.substr(pos, comma - pos);
+    if (tok == "ALL") mask = kAll;
+    for (const auto &e : kSubsys)
+      if (tok == e.name) mask |= e.bit;
+    pos = comma + 1;
+  }
+  return negate ? ~mask : mask;
+}
+
+std::string expandLogFileName(const std::string &pattern) {
+  std::string out;
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  for (size_t i = 0; i < pattern.size(); i++) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[i + 1];
+      if (c == 'h') { out += host; i++; continue; }
+      if (c == 'p') { out += std::to_string(getpid()); i++; continue; }
+    }
+    out += pattern[i];
+  }
+  return out;
+}
+
+bool logEnabled(LogLevel level, uint32_t subsys) {
+  ensureInit();
+  if (level > g_state.level) return false;
+  // Warnings are always shown; the subsystem mask filters INFO and TRACE.
+  return level <= LogLevel::Warn || (g_state.mask & subsys) != 0;
+}
+
+static void vlog(LogLevel level, uint32_t subsys, const char *file, int line, const char *fmt,
+                 va_list ap) {
+  char msg[1024];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  if (level == LogLevel::Warn) {
+    snprintf(t_lastError, sizeof(t_lastError), "%s", msg);
+    std::lock_guard<std::mutex> lk(g_mu);
+    snprintf(g_lastError, sizeof(g_lastError), "%s", msg);
+  }
+  if (!logEnabled(level, subsys)) return;
+  const char *lv = level == LogLevel::Warn ? "WARN" : level == LogLevel::Info ? "INFO"
+                   : level == LogLevel::Trace ? "TRACE" : "VERSION";
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  char lineBuf[1400];
+  int n = snprintf(lineBuf, sizeof(lineBuf), "%s:%d:%ld [%d] flagcx %s %s %s (%s:%d)\n",
+                   g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank, lv,
+                   subsysName(subsys), msg, base, line);
+  if (n > static_cast<int>(sizeof(lineBuf))) n = sizeof(lineBuf);
+  std::lock_guard<std::mutex> lk(g_mu);
+  fwrite(lineBuf, 1, static_cast<size_t>(n), g_state.out);
+  fflush(g_state.out);
+}
+
+void logMessage(LogLevel level, uint32_t subsys, const char *file, int line, const char *fmt,
+                ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, subsys, file, line, fmt, ap);
+  va_end(ap);
+}
+
+void logReinit() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_state.out != stderr) fclose(g_state.out);
+  g_state = LogState();
+  g_ready.store(false, std::memory_order_release);
+  initLocked();
+}
+
+void logSetRank(int rank) { t_rank = rank; }
+int logRank() { return t_rank; }
+
+const char *lastErrorText() { return t_lastError[0] ? t_lastError : g_lastError; }
+
+flagcxResult_t argError(flagcxResult_t code, uint32_t subsys, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  // Always recorded as the last error, even when WARN lines are filtered.
+  vlog(LogLevel::Warn, subsys, "api", 0, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+}  // namespace flagcx

@@ -1,0 +1,81 @@
+// TCP helpers shared by the bootstrap and the socket transport: addresses,
+// interface choice (FLAGCX_SOCKET_IFNAME / FLAGCX_SOCKET_FAMILY), sockets with
+// deadlines, and the authenticated handshake (a keyed MAC of a fresh nonce,
+// never the secret itself, proves a peer holds the unique id's secret).
+#pragma once
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "flagcx.h"
+
+namespace flagcx {
+
+using Secret = std::array<uint8_t, 16>;
+using Clock = std::chrono::steady_clock;
+
+// A socket address that fits IPv4 and IPv6 and can be copied bytewise.
+struct SockAddr {
+  union {
+    sockaddr sa;
+    sockaddr_in in4;
+    sockaddr_in6 in6;
+  } u;
+  uint32_t len = 0;
+  SockAddr() { u.in6 = {}; }
+  std::string str() const;  // "[addr]:port" or "addr:port"
+  int port() const;
+  void setPort(int port);
+};
+
+// Parse "host:port", "[v6]:port" or "v6addr:port" (numeric or resolvable name).
+bool parseHostPort(const std::string &s, SockAddr *out);
+// Does interface `name` match the FLAGCX_SOCKET_IFNAME-style filter?
+bool ifnameMatches(const std::string &filter, const std::string &name);
+// Pick this host's address for listening: honours FLAGCX_SOCKET_IFNAME and
+// FLAGCX_SOCKET_FAMILY; prefers non-loopback, falls back to loopback.
+flagcxResult_t findLocalAddress(SockAddr *out, std::string *ifname);
+
+// 64-bit SipHash-2-4 keyed by the secret, for connection proofs.
+uint64_t macOf(const Secret &key, const void *data, size_t len);
+// Random bytes from the kernel.
+void randomBytes(void *buf, size_t len);
+
+Clock::time_point deadlineFromTimeout();  // now + FLAGCX_TIMEOUT
+
+// Listening socket bound to addr (port 0 = any; addr updated with the port).
+flagcxResult_t listenOn(SockAddr *addr, int *fd);
+// Connect with retries until the deadline (the peer may not listen yet).
+flagcxResult_t connectTo(const SockAddr &addr, Clock::time_point deadline, int *fd);
+// Accept one connection, waiting until the deadline; *fd = -1 on timeout.
+flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd);
+// Exact-length I/O with a deadline; flagcxRemoteError when the peer closes.
+flagcxResult_t sendAll(int fd, const void *buf, size_t len, Clock::time_point deadline);
+flagcxResult_t recvAll(int fd, void *buf, size_t len, Clock::time_point deadline);
+void setNoDelay(int fd);
+void setNonBlocking(int fd, bool on);
+
+// Handshake.  The connecting side sends its hello (magic, kind, rank,
+// channel); the accepting side answers with a nonce; the connector returns
+// MAC(secret, nonce || hello).  A wrong proof closes the connection.
+struct Hello {
+  uint64_t magic;
+  uint32_t kind;     // 1 bootstrap-root, 2 bootstrap-peer, 3 socket-transport
+  int32_t rank;
+  int32_t channel;
+  int32_t nranks;
+};
+flagcxResult_t clientHandshake(int fd, const Secret &secret, const Hello &hello,
+                               Clock::time_point deadline);
+// On success *hello holds the authenticated hello.  On a bad proof returns
+// flagcxRemoteError after logging the peer address; the caller closes fd.
+flagcxResult_t serverHandshake(int fd, const Secret &secret, uint32_t expectKind, Hello *hello,
+                               Clock::time_point deadline);
+
+constexpr uint64_t kHelloMagic = 0x464c414743584831ull;  // "FLAGCXH1"
+
+}  // namespace flagcx

@@ -1,0 +1,77 @@
+// The schedule IR: what one rank does for one (op, algorithm, nranks, root),
+// as plain data compiled from a Lua script at communicator init.
+//
+// Chunk addressing.  Every op has a "data space" of T elements cut into
+// N = chunks(nranks) chunks.  Chunk k of a buffer with T_B elements and N_B
+// chunks covers elements [floor(k*T_B/N_B), floor((k+1)*T_B/N_B)).
+//   op              T (data space)   input            output
+//   allreduce       count            full             full
+//   reduce          count            full             full (root only)
+//   broadcast       count            full (root)      full
+//   allgather       nranks*count     own block        full
+//   gather          nranks*count     own block        full (root only)
+//   reducescatter   nranks*count     full             own block
+//   scatter         nranks*count     full (root)      own block
+//   alltoall        nranks*count     full             full
+//   alltoallv       per-peer blocks  full             full  (chunk k = block k, sizes from counts)
+//   barrier         0                -                -
+// "full" buffers have N chunks; "own block" buffers have N/nranks chunks
+// (N must then be a multiple of nranks) and block chunk j of rank r is the
+// data-space chunk r*(N/nranks)+j.  Scratch always has N chunks of the data
+// space.  Floor splitting keeps a block chunk and its data-space chunk the
+// same size.  For alltoall, output block j of rank r = input block r of rank j.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flagcx {
+
+enum class OpKind : uint8_t {
+  AllReduce, Reduce, Broadcast, AllGather, Gather, ReduceScatter, Scatter,
+  AlltoAll, AlltoAllv, Barrier, Count
+};
+const char *opName(OpKind op);              // "allreduce", ...
+bool opFromName(const std::string &s, OpKind *op);
+bool opIsRooted(OpKind op);                 // reduce, broadcast, gather, scatter
+bool opReduces(OpKind op);                  // allreduce, reduce, reducescatter
+
+enum class BufKind : uint8_t { Input, Output, Scratch };
+
+struct ChunkRef {
+  BufKind buf;
+  int32_t chunk;  // index within that buffer's chunks
+};
+
+enum class StepKind : uint8_t {
+  Send,        // send src to peer
+  Recv,        // receive from peer into dst
+  RecvReduce,  // receive from peer, dst = dst op received
+  Copy,        // dst = src (local)
+  Reduce,      // dst = dst op src (local)
+};
+
+struct Step {
+  StepKind kind;
+  int32_t peer;   // -1 for local steps
+  ChunkRef src;   // Send, Copy, Reduce
+  ChunkRef dst;   // Recv, RecvReduce, Copy, Reduce
+  int32_t stage;  // steps of one stage may run concurrently; stages run in order
+};
+
+// One rank's schedule.
+struct RankSchedule {
+  std::vector<Step> steps;  // sorted by stage, then in script order
+  int32_t nstages = 0;
+};
+
+struct Schedule {
+  OpKind op = OpKind::Count;
+  std::string algo;     // e.g. "ring"
+  int32_t nranks = 0;
+  int32_t root = 0;
+  int32_t chunks = 0;   // N
+  std::vector<RankSchedule> ranks;  // all ranks (verifier) or only one (runtime: index 0 = self)
+};
+
+}  // namespace flagcx
