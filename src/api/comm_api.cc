@@ -1,0 +1,124 @@
+// Communicator entry points.
+#include <cstring>
+
+#include "api/checks.h"
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/params.h"
+#include "core/uniqueid.h"
+
+using namespace flagcx;
+
+extern "C" flagcxResult_t flagcxGetUniqueId(flagcxUniqueId_t uniqueId) {
+  API_CHECK(checkPtr("flagcxGetUniqueId", "uniqueId", uniqueId));
+  return makeUniqueId(uniqueId);
+}
+
+extern "C" flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
+                                             flagcxUniqueId_t commId, int rank) {
+  const char *fn = "flagcxCommInitRank";
+  API_CHECK(checkPtr(fn, "comm", comm));
+  *comm = nullptr;
+  API_CHECK(checkPtr(fn, "commId", commId));
+  if (nranks < 1)
+    return argError(flagcxInvalidArgument, kInit, "%s: nranks %d must be >= 1", fn, nranks);
+  if (rank < 0 || rank >= nranks)
+    return argError(flagcxInvalidArgument, kInit, "%s: rank %d is out of range [0, %d)", fn, rank,
+                    nranks);
+  if (groupDepth() > 0)
+    return argError(flagcxInvalidUsage, kInit, "%s: cannot be called inside a group", fn);
+  flagcxComm *c = nullptr;
+  flagcxResult_t r = commInit(&c, nranks, *commId, rank);
+  if (r != flagcxSuccess) {
+    WARN(kInit, "%s: rank %d of %d failed: %s", fn, rank, nranks, flagcxGetErrorString(r));
+    return r;
+  }
+  *comm = c;
+  return flagcxSuccess;
+}
+
+extern "C" flagcxResult_t flagcxCommFinalize(flagcxComm_t comm) {
+  API_CHECK(checkComm("flagcxCommFinalize", comm));
+  // Operations complete in stream order; finalize waits for the ones in flight.
+  Backoff wait;
+  while (comm->inFlight.load() > 0) {
+    if (wait.expired()) {
+      WARN(kInit, "flagcxCommFinalize: rank %d: operations still in flight after FLAGCX_TIMEOUT",
+           comm->rank);
+      return flagcxSystemError;
+    }
+    wait.idle();
+  }
+  return static_cast<flagcxResult_t>(comm->asyncError.load());
+}
+
+extern "C" flagcxResult_t flagcxCommDestroy(flagcxComm_t comm) {
+  API_CHECK(checkComm("flagcxCommDestroy", comm));
+  return commDestroy(comm, false);
+}
+
+extern "C" flagcxResult_t flagcxCommAbort(flagcxComm_t comm) {
+  if (comm == nullptr) return flagcxSuccess;  // like NCCL: aborting nothing is fine
+  if (!commIsLive(comm))
+    return argError(flagcxInvalidArgument, kInit,
+                    "flagcxCommAbort: comm is not a live communicator (destroyed or aborted?)");
+  return commDestroy(comm, true);
+}
+
+extern "C" flagcxResult_t flagcxCommSuspend(flagcxComm_t comm) {
+  API_CHECK(checkComm("flagcxCommSuspend", comm));
+  WARN(kInit, "flagcxCommSuspend: not supported yet (see README, \"Not yet\")");
+  return flagcxNotSupported;
+}
+
+extern "C" flagcxResult_t flagcxCommResume(flagcxComm_t comm) {
+  API_CHECK(checkComm("flagcxCommResume", comm));
+  WARN(kInit, "flagcxCommResume: not supported yet (see README, \"Not yet\")");
+  return flagcxNotSupported;
+}
+
+extern "C" flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm, flagcxResult_t *asyncError) {
+  API_CHECK(checkComm("flagcxCommGetAsyncError", comm));
+  API_CHECK(checkPtr("flagcxCommGetAsyncError", "asyncError", asyncError));
+  *asyncError = static_cast<flagcxResult_t>(comm->asyncError.load());
+  return flagcxSuccess;
+}
+
+extern "C" flagcxResult_t flagcxCommCount(const flagcxComm_t comm, int *count) {
+  API_CHECK(checkComm("flagcxCommCount", comm));
+  API_CHECK(checkPtr("flagcxCommCount", "count", count));
+  *count = comm->nranks;
+  return flagcxSuccess;
+}
+
+extern "C" flagcxResult_t flagcxCommUserRank(const flagcxComm_t comm, int *rank) {
+  API_CHECK(checkComm("flagcxCommUserRank", comm));
+  API_CHECK(checkPtr("flagcxCommUserRank", "rank", rank));
+  *rank = comm->rank;
+  return flagcxSuccess;
+}
+
+extern "C" flagcxResult_t flagcxCommGetDeviceNumber(const flagcxComm_t comm, int *device) {
+  API_CHECK(checkComm("flagcxCommGetDeviceNumber", comm));
+  API_CHECK(checkPtr("flagcxCommGetDeviceNumber", "device", device));
+  *device = comm->deviceIndex;
+  return flagcxSuccess;
+}
+
+extern "C" flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo) {
+  API_CHECK(checkComm("flagcxIsHomoComm", comm));
+  API_CHECK(checkPtr("flagcxIsHomoComm", "isHomo", isHomo));
+  // Homogeneous means "served by a vendor CCL pass-through"; the host device
+  // has none, and FLAGCX_USE_HETERO_COMM forces the engine.
+  *isHomo = comm->homogeneous && strcmp(comm->dev->name(), "host") != 0 &&
+            paramInt(Param::USE_HETERO_COMM) == 0;
+  return flagcxSuccess;
+}
+
+extern "C" const char *flagcxGetLastError(flagcxComm_t comm) {
+  if (comm && commIsLive(comm)) {
+    std::lock_guard<std::mutex> lk(comm->mu);
+    if (!comm->lastError.empty()) return comm->lastError.c_str();
+  }
+  return lastErrorText();
+}

@@ -1,0 +1,205 @@
+#include "core/comm.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "core/enqueue.h"
+#include "sched/algo_set.h"
+
+namespace flagcx {
+
+namespace {
+std::mutex g_liveMu;
+std::set<const flagcxComm *> g_live;
+
+uint64_t fnv1a(const std::string &s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t localHostHash(std::string *hostName) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  *hostName = host;
+  const std::string &over = paramStr(Param::HOSTID);
+  if (!over.empty()) return fnv1a("hostid:" + over);
+  // Hostname plus the boot id: two containers with equal names on different
+  // machines stay apart, and `unshare -u` gives a rank its own host.
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return fnv1a(std::string(host) + "/" + boot);
+}
+}  // namespace
+
+Backoff::Backoff() { reset(); }
+void Backoff::reset() {
+  spins_ = 0;
+  int64_t t = paramInt(Param::TIMEOUT);
+  deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(t > 0 ? t : 600);
+}
+bool Backoff::expired() const { return std::chrono::steady_clock::now() >= deadline_; }
+void Backoff::idle() {
+  spins_++;
+  if (spins_ < 64) {
+    __builtin_ia32_pause();
+  } else if (spins_ < 2048) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+bool commIsLive(const flagcxComm *comm) {
+  std::lock_guard<std::mutex> lk(g_liveMu);
+  return g_live.count(comm) != 0 && comm->magic == flagcxComm::kMagic;
+}
+
+flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank) {
+  DeviceAdapter *dev = selectedAdapter();
+  if (!dev) {
+    return argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=%s: that device adapter is not "
+                    "available in this build or on this machine", paramStr(Param::DEVICE).c_str());
+  }
+  auto comm = std::make_unique<flagcxComm>();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->dev = dev;
+  int64_t nch = paramInt(Param::NCHANNELS);
+  comm->nchannels = static_cast<int>(nch < 1 ? 1 : nch > 16 ? 16 : nch);
+  logSetRank(rank);
+
+  PeerInfo self;
+  std::string hostName;
+  self.hostHash = localHostHash(&hostName);
+  self.pid = getpid();
+  self.deviceKind = strcmp(dev->name(), "host") == 0 ? 0 : 1;
+  snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
+  FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
+  const auto &peers = comm->bs->peers();
+
+  // Local rank, ranks per host, number of hosts.
+  std::vector<uint64_t> hosts;
+  comm->localRank = 0;
+  comm->localRanks = 0;
+  for (int r = 0; r < nranks; r++) {
+    const PeerInfo &p = peers[static_cast<size_t>(r)];
+    if (p.hostHash == self.hostHash) {
+      if (r < rank) comm->localRank++;
+      comm->localRanks++;
+    }
+    bool seen = false;
+    for (auto h : hosts) seen = seen || h == p.hostHash;
+    if (!seen) hosts.push_back(p.hostHash);
+    if (p.deviceKind != self.deviceKind) comm->homogeneous = false;
+  }
+  comm->nNodes = static_cast<int>(hosts.size());
+
+  // Transports: same host -> shm (unless disabled), otherwise socket.
+  bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
+  std::vector<int> shmPeers, sockPeers;
+  for (int r = 0; r < nranks; r++) {
+    if (r == rank) continue;
+    bool same = peers[static_cast<size_t>(r)].hostHash == self.hostHash;
+    (same && !shmOff ? shmPeers : sockPeers).push_back(r);
+  }
+  comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
+  // Every rank calls connectAll for both transports (possibly with no peers)
+  // so that collective set-up steps inside them line up.
+  comm->shm = makeShmTransport();
+  comm->sock = makeSocketTransport();
+  struct Plan {
+    Transport *t;
+    std::vector<int> *peers;
+  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
+  for (auto &pl : plans) {
+    std::vector<std::unique_ptr<Conn>> conns;
+    flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
+    if (r != flagcxSuccess) {
+      WARN(kInit, "rank %d: setting up the %s transport failed", rank, pl.t->name());
+      return r;
+    }
+    for (size_t i = 0; i < pl.peers->size(); i++)
+      for (int c = 0; c < comm->nchannels; c++)
+        comm->conns[static_cast<size_t>((*pl.peers)[i] * comm->nchannels + c)] =
+            std::move(conns[i * static_cast<size_t>(comm->nchannels) + static_cast<size_t>(c)]);
+  }
+  FLAGCX_CHECK(AlgoSet::create(rank, nranks, comm->localRanks, &comm->algos));
+  FLAGCX_CHECK(comm->bs->barrier());
+  INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
+       "%zu shm peer(s), %zu socket peer(s), %d channel(s)", rank, nranks, dev->name(),
+       self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
+       sockPeers.size(), comm->nchannels);
+  {
+    std::lock_guard<std::mutex> lk(g_liveMu);
+    g_live.insert(comm.get());
+  }
+  *out = comm.release();
+  return flagcxSuccess;
+}
+
+flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
+  {
+    std::lock_guard<std::mutex> lk(g_liveMu);
+    g_live.erase(comm);
+  }
+  flagcxResult_t res = flagcxSuccess;
+  if (abort) {
+    comm->aborting = true;
+    if (comm->bs) comm->bs->abort();
+  }
+  // Let enqueued work finish (or fail fast when aborting) before freeing.
+  Backoff wait;
+  auto abortDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (comm->inFlight.load() > 0) {
+    if (abort ? std::chrono::steady_clock::now() > abortDeadline : wait.expired()) {
+      WARN(kInit, "rank %d: %d operation(s) still in flight at %s; freeing anyway",
+           comm->rank, comm->inFlight.load(), abort ? "abort" : "destroy");
+      res = flagcxInternalError;
+      // Leak the communicator: a stream task still references it.
+      comm->magic = 0;
+      return res;
+    }
+    wait.idle();
+  }
+  comm->magic = 0;
+  freeJobs(comm);
+  delete comm;
+  return res;
+}
+
+flagcxResult_t commWaitTurn(flagcxComm *comm, uint64_t ticket) {
+  if (comm->doneTicket.load(std::memory_order_acquire) == ticket) return flagcxSuccess;
+  Backoff wait;
+  while (comm->doneTicket.load(std::memory_order_acquire) != ticket) {
+    if (comm->aborting) return flagcxRemoteError;
+    if (wait.expired()) {
+      WARN(kColl, "rank %d: operation #%llu waited FLAGCX_TIMEOUT for operation #%llu (on "
+           "another stream) to finish", comm->rank, static_cast<unsigned long long>(ticket),
+           static_cast<unsigned long long>(comm->doneTicket.load()));
+      return flagcxSystemError;
+    }
+    wait.idle();
+  }
+  return flagcxSuccess;
+}
+
+void commFinishTurn(flagcxComm *comm, uint64_t ticket, flagcxResult_t res) {
+  if (res != flagcxSuccess) {
+    int expected = flagcxSuccess;
+    comm->asyncError.compare_exchange_strong(expected, res);
+    std::lock_guard<std::mutex> lk(comm->mu);
+    comm->lastError = lastErrorText();
+  }
+  comm->doneTicket.store(ticket + 1, std::memory_order_release);
+}
+
+}  // namespace flagcx

@@ -1,0 +1,88 @@
+// The communicator: ranks, bootstrap, transports, and the order in which
+// stream-enqueued operations run.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "adapters/device/adapter.h"
+#include "core/bootstrap.h"
+#include "flagcx.h"
+#include "net/net.h"
+
+namespace flagcx {
+class AlgoSet;
+struct Job;
+struct Xfer;
+}
+
+struct flagcxComm {
+  static constexpr uint64_t kMagic = 0x4d4d4f4358434746ull;
+  uint64_t magic = kMagic;
+  int rank = 0, nranks = 0;
+  int localRank = 0, localRanks = 1, nNodes = 1;
+  int nchannels = 1;
+  int deviceIndex = 0;
+  bool homogeneous = true;
+  flagcx::DeviceAdapter *dev = nullptr;
+  std::unique_ptr<flagcx::Bootstrap> bs;
+  std::unique_ptr<flagcx::Transport> shm, sock;
+  // conns[peer * nchannels + ch]; empty for self.
+  std::vector<std::unique_ptr<flagcx::Conn>> conns;
+  std::unique_ptr<flagcx::AlgoSet> algos;
+
+  // Stream-enqueued work runs in issue order across all streams: an
+  // operation takes a ticket when enqueued and runs when its turn comes.
+  std::atomic<uint64_t> nextTicket{0};
+  std::atomic<uint64_t> doneTicket{0};
+  std::atomic<int> asyncError{flagcxSuccess};
+  std::atomic<bool> aborting{false};
+  std::atomic<int> inFlight{0};  // enqueued operations not yet finished
+  std::mutex mu;
+  std::string lastError;
+  uint64_t collSeq = 0;  // collectives issued (same sequence on every rank)
+  std::vector<flagcx::Job *> freeJobs;  // recycled stream work (under mu)
+
+  // Reused by the executor (only one operation runs at a time).
+  std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
+  std::vector<int> scratchCounts;
+  std::vector<char> scratchFlags;
+  std::vector<size_t> scratchDispls;
+  std::vector<flagcx::Xfer> scratchXfers;
+
+  flagcx::Conn *conn(int peer, int ch = 0) {
+    return conns[static_cast<size_t>(peer * nchannels + ch)].get();
+  }
+};
+
+namespace flagcx {
+
+// Live-communicator registry: catches use of a destroyed or aborted comm.
+bool commIsLive(const flagcxComm *comm);
+flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank);
+flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
+
+// Wait until it is `ticket`'s turn (bounded by FLAGCX_TIMEOUT).
+flagcxResult_t commWaitTurn(flagcxComm *comm, uint64_t ticket);
+void commFinishTurn(flagcxComm *comm, uint64_t ticket, flagcxResult_t res);
+
+// Polite waiting for progress loops: spin a little, then yield, then sleep
+// briefly, so that two busy ranks on two cores do not starve each other.
+class Backoff {
+ public:
+  Backoff();
+  void idle();          // nothing progressed this round
+  void progressed() { spins_ = 0; }
+  bool expired() const;  // FLAGCX_TIMEOUT passed since construction or reset()
+  void reset();
+ private:
+  int spins_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+}  // namespace flagcx

@@ -1,0 +1,389 @@
+#include "core/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "core/params.h"
+
+namespace flagcx {
+
+std::string SockAddr::str() const {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (u.sa.sa_family == AF_INET) {
+    inet_ntop(AF_INET, &u.in4.sin_addr, buf, sizeof(buf));
+    return std::string(buf) + ":" + std::to_string(port());
+  }
+  if (u.sa.sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &u.in6.sin6_addr, buf, sizeof(buf));
+    return "[" + std::string(buf) + "]:" + std::to_string(port());
+  }
+  return "<none>";
+}
+
+int SockAddr::port() const {
+  if (u.sa.sa_family == AF_INET) return ntohs(u.in4.sin_port);
+  if (u.sa.sa_family == AF_INET6) return ntohs(u.in6.sin6_port);
+  return 0;
+}
+
+void SockAddr::setPort(int p) {
+  if (u.sa.sa_family == AF_INET) u.in4.sin_port = htons(static_cast<uint16_t>(p));
+  if (u.sa.sa_family == AF_INET6) u.in6.sin6_port = htons(static_cast<uint16_t>(p));
+}
+
+bool parseHostPort(const std::string &s, SockAddr *out) {
+  std::string host, port;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') return false;
+    host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == std::string::npos || colon == 0) return false;
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+  }
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  long p = strtol(port.c_str(), nullptr, 10);
+  if (p < 0 || p > 65535) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  *out = SockAddr();
+  memcpy(&out->u, res->ai_addr, res->ai_addrlen);
+  out->len = res->ai_addrlen;
+  out->setPort(static_cast<int>(p));
+  freeaddrinfo(res);
+  return true;
+}
+
+bool ifnameMatches(const std::string &filter, const std::string &name) {
+  if (filter.empty()) return true;
+  std::string f = filter;
+  bool exclude = f[0] == '^';
+  if (exclude) f.erase(0, 1);
+  bool exact = !f.empty() && f[0] == '=';
+  if (exact) f.erase(0, 1);
+  bool hit = false;
+  size_t pos = 0;
+  while (pos <= f.size()) {
+    size_t comma = f.find(',', pos);
+    if (comma == std::string::npos) comma = f.size();
+    std::string tok = f.substr(pos, comma - pos);
+    if (!tok.empty()) {
+      if (exact ? name == tok : name.compare(0, tok.size(), tok) == 0) hit = true;
+    }
+    pos = comma + 1;
+  }
+  return exclude ? !hit : hit;
+}
+
+flagcxResult_t findLocalAddress(SockAddr *out, std::string *ifname) {
+  const std::string &filter = paramStr(Param::SOCKET_IFNAME);
+  const std::string &fam = paramStr(Param::SOCKET_FAMILY);
+  int wantFamily = fam == "AF_INET" ? AF_INET : fam == "AF_INET6" ? AF_INET6 : AF_UNSPEC;
+  if (!fam.empty() && wantFamily == AF_UNSPEC)
+    return argError(flagcxInvalidArgument, kBootstrap,
+                    "FLAGCX_SOCKET_FAMILY=%s: expected AF_INET or AF_INET6", fam.c_str());
+  ifaddrs *list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    WARN(kBootstrap, "getifaddrs failed: %s", strerror(errno));
+    return flagcxSystemError;
+  }
+  // Two passes: non-loopback first (unless the filter names lo), then loopback.
+  bool found = false;
+  for (int pass = 0; pass < 2 && !found; pass++) {
+    for (ifaddrs *it = list; it && !found; it = it->ifa_next) {
+      if (!it->ifa_addr || !(it->ifa_flags & IFF_UP)) continue;
+      int f = it->ifa_addr->sa_family;
+      if (f != AF_INET && f != AF_INET6) continue;
+      if (wantFamily != AF_UNSPEC && f != wantFamily) continue;
+      bool loop = (it->ifa_flags & IFF_LOOPBACK) != 0;
+      if ((pass == 0) == loop && filter.empty()) continue;
+      if (!ifnameMatches(filter, it->ifa_name)) continue;
+      if (f == AF_INET6) {
+        auto *a6 = reinterpret_cast<sockaddr_in6 *>(it->ifa_addr);
+        if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;  // needs a scope id
+      }
+      *out = SockAddr();
+      size_t len = f == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      memcpy(&out->u, it->ifa_addr, len);
+      out->len = static_cast<uint32_t>(len);
+      out->setPort(0);
+      if (ifname) *ifname = it->ifa_name;
+      found = true;
+    }
+    if (!filter.empty()) break;  // the filter decides; no loopback fallback
+  }
+  freeifaddrs(list);
+  if (!found) {
+    WARN(kBootstrap, "no usable network interface (FLAGCX_SOCKET_IFNAME=\"%s\", FLAGCX_SOCKET_FAMILY=\"%s\")",
+         filter.c_str(), fam.c_str());
+    return flagcxSystemError;
+  }
+  return flagcxSuccess;
+}
+
+// SipHash-2-4 (Aumasson & Bernstein), written from the paper's description.
+static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+uint64_t macOf(const Secret &key, const void *data, size_t len) {
+  uint64_t k0, k1;
+  memcpy(&k0, key.data(), 8);
+  memcpy(&k1, key.data() + 8, 8);
+  uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+  uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+  auto round = [&] {
+    v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
+    v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
+    v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
+    v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+  };
+  const uint8_t *p = static_cast<const uint8_t *>(data);
+  size_t full = len / 8 * 8;
+  for (size_t i = 0; i < full; i += 8) {
+    uint64_t m;
+    memcpy(&m, p + i, 8);
+    v3 ^= m; round(); round(); v0 ^= m;
+  }
+  uint64_t last = static_cast<uint64_t>(len & 0xff) << 56;
+  for (size_t i = 0; i < len - full; i++) last |= static_cast<uint64_t>(p[full + i]) << (8 * i);
+  v3 ^= last; round(); round(); v0 ^= last;
+  v2 ^= 0xff;
+  round(); round(); round(); round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+void randomBytes(void *buf, size_t len) {
+  uint8_t *p = static_cast<uint8_t *>(buf);
+  while (len > 0) {
+    ssize_t n = getrandom(p, len, 0);
+    if (n <= 0) {
+      if (errno == EINTR) continue;
+      abort();  // the kernel's RNG is not optional for secrets
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+Clock::time_point deadlineFromTimeout() {
+  int64_t t = paramInt(Param::TIMEOUT);
+  if (t <= 0) t = 600;
+  return Clock::now() + std::chrono::seconds(t);
+}
+
+static int msLeft(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return left > 1000 ? 1000 : static_cast<int>(left);
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void setNonBlocking(int fd, bool on) {
+  int fl = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
+}
+
+flagcxResult_t listenOn(SockAddr *addr, int *fd) {
+  int s = socket(addr->u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    WARN(kBootstrap, "socket() failed: %s", strerror(errno));
+    return flagcxSystemError;
+  }
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(s, &addr->u.sa, addr->len) != 0 || listen(s, 1024) != 0) {
+    WARN(kBootstrap, "cannot listen on %s: %s", addr->str().c_str(), strerror(errno));
+    close(s);
+    return flagcxSystemError;
+  }
+  socklen_t len = addr->len;
+  getsockname(s, &addr->u.sa, &len);
+  setNonBlocking(s, true);
+  *fd = s;
+  return flagcxSuccess;
+}
+
+flagcxResult_t connectTo(const SockAddr &addr, Clock::time_point deadline, int *fd) {
+  int delayMs = 1;
+  while (true) {
+    int s = socket(addr.u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+      WARN(kBootstrap, "socket() failed: %s", strerror(errno));
+      return flagcxSystemError;
+    }
+    setNonBlocking(s, true);
+    int rc = connect(s, &addr.u.sa, addr.len);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{s, POLLOUT, 0};
+      while ((rc = poll(&p, 1, msLeft(deadline))) == 0 && Clock::now() < deadline) {}
+      int err = 0;
+      socklen_t el = sizeof(err);
+      if (rc > 0) getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el);
+      rc = (rc > 0 && err == 0) ? 0 : -1;
+      if (rc != 0) errno = err ? err : ETIMEDOUT;
+    }
+    if (rc == 0) {
+      setNonBlocking(s, false);
+      setNoDelay(s);
+      *fd = s;
+      return flagcxSuccess;
+    }
+    int err = errno;
+    close(s);
+    if (Clock::now() >= deadline) {
+      WARN(kBootstrap, "cannot connect to %s within FLAGCX_TIMEOUT: %s", addr.str().c_str(),
+           strerror(err));
+      return flagcxRemoteError;
+    }
+    if (err != ECONNREFUSED && err != ETIMEDOUT && err != EAGAIN && err != ENETUNREACH &&
+        err != EHOSTUNREACH && err != ECONNRESET) {
+      WARN(kBootstrap, "connect to %s failed: %s", addr.str().c_str(), strerror(err));
+      return flagcxSystemError;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+    delayMs = delayMs < 100 ? delayMs * 2 : 100;
+  }
+}
+
+flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd) {
+  *fd = -1;
+  while (true) {
+    int s = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (s >= 0) {
+      setNonBlocking(s, false);
+      setNoDelay(s);
+      *fd = s;
+      return flagcxSuccess;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+      WARN(kBootstrap, "accept failed: %s", strerror(errno));
+      return flagcxSystemError;
+    }
+    if (Clock::now() >= deadline) return flagcxSuccess;
+    pollfd p{listenFd, POLLIN, 0};
+    poll(&p, 1, msLeft(deadline));
+  }
+}
+
+flagcxResult_t sendAll(int fd, const void *buf, size_t len, Clock::time_point deadline) {
+  const char *p = static_cast<const char *>(buf);
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (Clock::now() >= deadline) {
+        WARN(kBootstrap, "send timed out after FLAGCX_TIMEOUT (fd %d)", fd);
+        return flagcxRemoteError;
+      }
+      pollfd pf{fd, POLLOUT, 0};
+      poll(&pf, 1, msLeft(deadline));
+      continue;
+    }
+    WARN(kBootstrap, "send failed: %s (peer gone?)", n == 0 ? "closed" : strerror(errno));
+    return flagcxRemoteError;
+  }
+  return flagcxSuccess;
+}
+
+flagcxResult_t recvAll(int fd, void *buf, size_t len, Clock::time_point deadline) {
+  char *p = static_cast<char *>(buf);
+  while (len > 0) {
+    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return flagcxRemoteError;  // orderly close: the caller names the peer
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      if (Clock::now() >= deadline) return flagcxRemoteError;
+      pollfd pf{fd, POLLIN, 0};
+      poll(&pf, 1, msLeft(deadline));
+      continue;
+    }
+    return flagcxRemoteError;
+  }
+  return flagcxSuccess;
+}
+
+namespace {
+struct Proof {
+  uint8_t nonce[16];
+  Hello hello;
+};
+}  // namespace
+
+flagcxResult_t clientHandshake(int fd, const Secret &secret, const Hello &hello,
+                               Clock::time_point deadline) {
+  FLAGCX_CHECK(sendAll(fd, &hello, sizeof(hello), deadline));
+  Proof pr{};
+  if (recvAll(fd, pr.nonce, sizeof(pr.nonce), deadline) != flagcxSuccess) {
+    WARN(kBootstrap, "handshake: peer closed before sending its nonce (wrong secret or peer gone)");
+    return flagcxRemoteError;
+  }
+  pr.hello = hello;
+  uint64_t mac = macOf(secret, &pr, sizeof(pr));
+  FLAGCX_CHECK(sendAll(fd, &mac, sizeof(mac), deadline));
+  uint8_t ok = 0;
+  if (recvAll(fd, &ok, 1, deadline) != flagcxSuccess || ok != 1) {
+    WARN(kBootstrap, "handshake rejected by peer (does it hold the same unique id?)");
+    return flagcxRemoteError;
+  }
+  return flagcxSuccess;
+}
+
+flagcxResult_t serverHandshake(int fd, const Secret &secret, uint32_t expectKind, Hello *hello,
+                               Clock::time_point deadline) {
+  // A foreign client gets at most a short time to prove itself.
+  auto shortDeadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+  Proof pr{};
+  sockaddr_storage from{};
+  socklen_t fl = sizeof(from);
+  getpeername(fd, reinterpret_cast<sockaddr *>(&from), &fl);
+  SockAddr peer;
+  memcpy(&peer.u, &from, std::min<size_t>(fl, sizeof(peer.u)));
+  peer.len = fl;
+  if (recvAll(fd, &pr.hello, sizeof(pr.hello), shortDeadline) != flagcxSuccess ||
+      pr.hello.magic != kHelloMagic || pr.hello.kind != expectKind) {
+    WARN(kBootstrap, "rejected a connection from %s: bad hello", peer.str().c_str());
+    return flagcxRemoteError;
+  }
+  randomBytes(pr.nonce, sizeof(pr.nonce));
+  uint64_t mac = 0;
+  if (sendAll(fd, pr.nonce, sizeof(pr.nonce), shortDeadline) != flagcxSuccess ||
+      recvAll(fd, &mac, sizeof(mac), shortDeadline) != flagcxSuccess ||
+      mac != macOf(secret, &pr, sizeof(pr))) {
+    WARN(kBootstrap, "rejected a connection from %s: it did not prove the unique id's secret",
+         peer.str().c_str());
+    return flagcxRemoteError;
+  }
+  uint8_t ok = 1;
+  FLAGCX_CHECK(sendAll(fd, &ok, 1, shortDeadline));
+  *hello = pr.hello;
+  return flagcxSuccess;
+}
+
+}  // namespace flagcx
