@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "core/comm.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/uniqueid.h"
@@ -114,10 +115,38 @@ struct Bootstrap::Impl {
   std::vector<std::deque<Msg>> unexpected;
   std::mutex mu;
   std::atomic<bool> aborted{false};
+  std::atomic<bool> stop{false};
+  std::thread acceptor;
   Secret secret{};
-  int rank = 0;
+  int rank = 0, nranks = 0;
+
+  // Peers connect whenever they first send to us: a small thread accepts
+  // and authenticates them, so a send never waits for the receiver to call
+  // recv.  Connections without the secret are dropped (and logged).
+  void acceptLoop() {
+    while (!stop.load()) {
+      int fd = -1;
+      if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd) != flagcxSuccess)
+        return;
+      if (fd < 0) continue;
+      Hello h{};
+      if (serverHandshake(fd, secret, 2, &h, deadlineFromTimeout()) != flagcxSuccess ||
+          h.rank < 0 || h.rank >= nranks) {
+        close(fd);
+        continue;
+      }
+      std::lock_guard<std::mutex> lk(mu);
+      if (in[static_cast<size_t>(h.rank)] >= 0) {
+        close(fd);
+        continue;
+      }
+      in[static_cast<size_t>(h.rank)] = fd;
+    }
+  }
 
   ~Impl() {
+    stop = true;
+    if (acceptor.joinable()) acceptor.join();
     for (int fd : out)
       if (fd >= 0) close(fd);
     for (int fd : in)
@@ -155,6 +184,7 @@ flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
   bs->secret_ = did.secret;
   im.secret = did.secret;
   im.rank = rank;
+  im.nranks = nranks;
   im.out.assign(static_cast<size_t>(nranks), -1);
   im.in.assign(static_cast<size_t>(nranks), -1);
   im.unexpected.resize(static_cast<size_t>(nranks));
@@ -195,6 +225,7 @@ flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
     WARN(kBootstrap, "rank %d: bootstrap failed: %s", rank, reply.text);
     return flagcxRemoteError;
   }
+  im.acceptor = std::thread([&im] { im.acceptLoop(); });
   bs->peers_.resize(static_cast<size_t>(nranks));
   res = recvAll(rootFd, bs->peers_.data(), bs->peers_.size() * sizeof(PeerInfo), deadline);
   close(rootFd);
@@ -256,25 +287,23 @@ flagcxResult_t Bootstrap::recv(int peer, uint32_t tag, void *data, size_t size) 
       return r;
     }
   }
-  // Accept until the peer's connection is there (others are stashed).
-  while (im.in[static_cast<size_t>(peer)] < 0) {
+  // Wait for the peer's connection (the acceptor thread registers it).
+  int fd = -1;
+  Backoff wait;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lk(im.mu);
+      fd = im.in[static_cast<size_t>(peer)];
+    }
+    if (fd >= 0) break;
     if (im.aborted) return flagcxRemoteError;
-    int fd = -1;
-    FLAGCX_CHECK(acceptOne(im.listenFd, deadline, &fd));
-    if (fd < 0) {
+    if (Clock::now() >= deadline) {
       WARN(kBootstrap, "rank %d: rank %d (%s) never connected within FLAGCX_TIMEOUT", rank_, peer,
            pi.host);
       return flagcxRemoteError;
     }
-    Hello h{};
-    if (serverHandshake(fd, secret_, 2, &h, deadline) != flagcxSuccess || h.rank < 0 ||
-        h.rank >= nranks_ || im.in[static_cast<size_t>(h.rank)] >= 0) {
-      close(fd);
-      continue;
-    }
-    im.in[static_cast<size_t>(h.rank)] = fd;
+    wait.idle();
   }
-  int fd = im.in[static_cast<size_t>(peer)];
   while (true) {
     if (im.aborted) return flagcxRemoteError;
     MsgHeader mh{};
