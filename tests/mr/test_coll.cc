@@ -313,3 +313,43 @@ TEST(Collectives, Matrix) {
 }
 
 }  // namespace
+
+namespace {
+
+// A user's script from FLAGCX_ALGO_PATH is found, verified, forced by
+// FLAGCX_ALGO, and gives right answers; a broken one fails the init.
+TEST(UserAlgorithms, PickedUpVerifiedAndRun) {
+  mr::Env env;
+  env.vars = {{"FLAGCX_ALGO_PATH", std::string(MR_SOURCE_DIR) + "/user_algos"},
+              {"FLAGCX_ALGO", "allreduce:star"}, {"FLAGCX_TIMEOUT", "30"}};
+  auto res = mr::run(3, [](int rank, int nranks, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
+    std::vector<float> in(1000), out(1000);
+    for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(rank * 10 + i % 5);
+    RANK_OK(flagcxAllReduce(in.data(), out.data(), in.size(), flagcxFloat, flagcxSum, comm, nullptr));
+    for (size_t i = 0; i < out.size(); i++)
+      RANK_CHECK(out[i] == static_cast<float>(30 + 3 * (i % 5)), "elem %zu = %g", i, out[i]);
+    RANK_OK(flagcxCommDestroy(comm));
+    return 0;
+  }, env, 120);
+  EXPECT_TRUE(res.allOk()) << res.describe();
+}
+
+TEST(UserAlgorithms, BrokenScriptFailsInit) {
+  mr::Env env;
+  env.vars = {{"FLAGCX_ALGO_PATH", std::string(MR_SOURCE_DIR) + "/broken_algos"},
+              {"FLAGCX_ALGO", "allreduce:twice"}, {"FLAGCX_TIMEOUT", "10"}};
+  auto res = mr::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
+    flagcxComm_t comm = nullptr;
+    flagcxResult_t r = flagcxCommInitRank(&comm, nranks, id, rank);
+    RANK_CHECK(r == flagcxInvalidUsage, "init returned %s", flagcxGetErrorString(r));
+    std::string err = flagcxGetLastError(nullptr);
+    RANK_CHECK(err.find("twice") != std::string::npos, "error does not name the script: %s",
+               err.c_str());
+    return 0;
+  }, env, 120);
+  EXPECT_TRUE(res.allOk()) << res.describe();
+}
+
+}  // namespace

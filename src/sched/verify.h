@@ -1,0 +1,35 @@
+// The schedule verifier: simulates every rank of a schedule and proves that
+// it completes and leaves exactly what the op defines in every output chunk.
+//
+// Model.  Stages run in order on each rank; the steps of a stage run
+// concurrently, and a stage ends when all its sends and receives have met
+// their partners (rendezvous).  Messages between a directed pair of ranks
+// match in FIFO order, and a send must meet a recv/recv_reduce of a chunk of
+// the same size (checked for several element counts).  A chunk holds a
+// multiset of contributions (rank, data-space chunk); inputs start with their
+// own, outputs and scratch start unwritten.  At the end every output chunk
+// must hold exactly the op's contributions: every rank's once for a
+// reduction, the single right source for gathers, scatters, broadcasts and
+// all-to-alls.  Barrier schedules are checked for "every rank has heard,
+// directly or not, from every other rank" instead.
+//
+// Errors read: "verify allreduce/ring nranks=5 rank=3 step=7: <what>".
+#pragma once
+#include <string>
+
+#include "sched/ir.h"
+#include "sched/script.h"
+
+namespace flagcx {
+
+// `s` holds every rank (s.ranks.size() == s.nranks), as compileAll makes it.
+bool verifySchedule(const Schedule &s, std::string *err);
+
+// Compiles `script` for every rank and verifies it, for every root of a
+// rooted op (0, 1, n/2 and n-1 only when nranks > 16).  When the script does
+// not apply at this topology (its `requires`), returns true and sets
+// *skipped to the reason (an empty *skipped means it was verified).
+bool verifyScript(Script &script, const Topo &t, std::string *err,
+                  std::string *skipped = nullptr);
+
+}  // namespace flagcx
