@@ -1,0 +1,376 @@
+#include "net/common/framed_conn.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/params.h"
+
+namespace flagcx {
+
+namespace {
+// A stripe smaller than this is not worth a lane of its own.
+constexpr uint64_t kMinStripe = 256 * 1024;
+constexpr uint64_t kStripeAlign = 4096;
+constexpr auto kLiveCheckEvery = std::chrono::milliseconds(50);
+// A gap this long between two progress calls means the caller was not
+// waiting; the stall clock restarts instead of counting it.
+constexpr auto kCallerGap = std::chrono::seconds(1);
+}  // namespace
+
+int stripeCount(uint64_t length, int nlanes) {
+  if (nlanes <= 1 || length < 2 * kMinStripe) return 1;
+  uint64_t n = length / kMinStripe;
+  return static_cast<int>(std::min<uint64_t>(n, static_cast<uint64_t>(nlanes)));
+}
+
+void stripeOf(uint64_t length, int nstripes, int lane, uint64_t *offset, uint64_t *size) {
+  uint64_t base = length / static_cast<uint64_t>(nstripes);
+  if (nstripes > 1) base &= ~(kStripeAlign - 1);
+  *offset = base * static_cast<uint64_t>(lane);
+  *size = (lane == nstripes - 1) ? length - *offset : base;
+}
+
+FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> pipes)
+    : kind_(kind), desc_(std::move(desc)) {
+  lanes_.resize(pipes.size());
+  for (size_t i = 0; i < pipes.size(); i++) lanes_[i].pipe = std::move(pipes[i]);
+  for (int i = 0; i < kMaxPosted; i++) freeSlots_[i] = kMaxPosted - 1 - i;
+  nfree_ = kMaxPosted;
+  timeoutSec_ = paramInt(Param::TIMEOUT);
+  if (timeoutSec_ <= 0) timeoutSec_ = 600;
+}
+
+FramedConn::~FramedConn() = default;
+
+flagcxResult_t FramedConn::fail(flagcxResult_t code) {
+  if (error_ == flagcxSuccess) error_ = code;
+  return error_;
+}
+
+void FramedConn::freeSlot(int slot) {
+  Req &r = reqs_[slot];
+  r.kind = Kind::Free;
+  r.buf = nullptr;
+  freeSlots_[nfree_++] = slot;
+}
+
+flagcxResult_t FramedConn::post(Kind kind, void *buf, size_t bytes, uint64_t tag, int *req) {
+  if (req == nullptr) {
+    WARN(kNet, "%s conn rank %d -> peer %d: %s posted with a null request pointer", kind_,
+         desc_.self, desc_.peer, dirName(kind));
+    return flagcxInvalidArgument;
+  }
+  *req = -1;
+  if (error_ != flagcxSuccess) return error_;
+  if (buf == nullptr && bytes > 0) {
+    WARN(kNet, "%s conn rank %d -> peer %d: %s of %zu bytes from a null buffer", kind_, desc_.self,
+         desc_.peer, dirName(kind), bytes);
+    return flagcxInvalidArgument;
+  }
+  if (peerClosed_) {
+    WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d: %s posted after the peer closed the connection",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, dirName(kind));
+    return fail(flagcxRemoteError);
+  }
+  if (nfree_ == 0) {
+    WARN(kNet, "%s conn rank %d -> peer %d: more than %d requests outstanding (%s of %zu bytes refused)",
+         kind_, desc_.self, desc_.peer, kMaxPosted, dirName(kind), bytes);
+    return flagcxInternalError;
+  }
+  int slot = freeSlots_[--nfree_];
+  Req &r = reqs_[slot];
+  r.kind = kind;
+  r.done = false;
+  r.queued = true;
+  r.released = false;
+  r.gen = (r.gen + 1) & 0x7fffff;
+  if (r.gen == 0) r.gen = 1;
+  r.buf = static_cast<char *>(buf);
+  r.size = bytes;
+  r.tag = tag;
+  Queue &q = kind == Kind::Send ? sendQ_ : recvQ_;
+  r.seq = q.nextSeq++;
+  if (kind == Kind::Send) {
+    r.length = bytes;
+    r.stripes = stripeCount(bytes, static_cast<int>(lanes_.size()));
+    r.stripesLeft = r.stripes;
+  } else {
+    r.length = 0;
+    r.stripes = 0;
+    r.stripesLeft = 0;
+  }
+  q.slots[(q.head + q.count) % kMaxPosted] = slot;
+  q.count++;
+  if (pending_++ == 0) moveStamped_ = false;  // the stall clock starts now
+  *req = static_cast<int>((r.gen << 8) | static_cast<uint32_t>(slot));
+  return flagcxSuccess;
+}
+
+flagcxResult_t FramedConn::isend(const void *buf, size_t bytes, uint64_t tag, int *req) {
+  FLAGCX_CHECK(post(Kind::Send, const_cast<void *>(buf), bytes, tag, req));
+  return progress();
+}
+
+flagcxResult_t FramedConn::irecv(void *buf, size_t bytes, uint64_t tag, int *req) {
+  return post(Kind::Recv, buf, bytes, tag, req);
+}
+
+void FramedConn::popDone(Queue &q) {
+  while (q.count > 0) {
+    int slot = q.slots[q.head];
+    Req &r = reqs_[slot];
+    if (!r.done) break;
+    r.queued = false;
+    if (r.released) freeSlot(slot);
+    q.head = (q.head + 1) % kMaxPosted;
+    q.count--;
+    q.frontSeq++;
+  }
+}
+
+flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
+  for (;;) {
+    if (!l.sActive) {
+      // Find the next message that has a stripe on this lane.
+      if (l.sSeq < sendQ_.frontSeq) l.sSeq = sendQ_.frontSeq;  // done without us
+      int slot = -1;
+      while (l.sSeq < sendQ_.nextSeq) {
+        int s = sendQ_.at(l.sSeq);
+        if (reqs_[s].stripes > li) {
+          slot = s;
+          break;
+        }
+        l.sSeq++;
+      }
+      if (slot < 0) return flagcxSuccess;
+      Req &r = reqs_[slot];
+      uint64_t off, len;
+      stripeOf(r.length, r.stripes, li, &off, &len);
+      l.sHdr = FrameHeader{kFrameMagic, kFrameVersion, static_cast<uint16_t>(li), r.seq, r.tag,
+                           r.length};
+      l.sHdrDone = 0;
+      l.sData = r.buf + off;
+      l.sLen = len;
+      l.sDone = 0;
+      l.sSlot = slot;
+      l.sActive = true;
+    }
+    iovec iov[2];
+    int n = 0;
+    if (l.sHdrDone < sizeof(FrameHeader)) {
+      iov[n].iov_base = reinterpret_cast<char *>(&l.sHdr) + l.sHdrDone;
+      iov[n].iov_len = sizeof(FrameHeader) - l.sHdrDone;
+      n++;
+    }
+    if (l.sDone < l.sLen) {
+      iov[n].iov_base = const_cast<char *>(l.sData + l.sDone);
+      iov[n].iov_len = l.sLen - l.sDone;
+      n++;
+    }
+    size_t got = 0;
+    bool closed = false;
+    if (n > 0) {
+      flagcxResult_t rc = l.pipe->write(iov, n, &got, &closed);
+      if (rc != flagcxSuccess) return fail(rc);
+      if (closed) {
+        WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d lane %d: peer closed the connection during send #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe sent)",
+             kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.sHdr.seq,
+             l.sDone, l.sLen);
+        return fail(flagcxRemoteError);
+      }
+      if (got == 0) return flagcxSuccess;
+      *moved = true;
+      size_t h = std::min(got, sizeof(FrameHeader) - l.sHdrDone);
+      l.sHdrDone += h;
+      l.sDone += got - h;
+    }
+    if (l.sHdrDone == sizeof(FrameHeader) && l.sDone == l.sLen) {
+      Req &r = reqs_[l.sSlot];
+      if (--r.stripesLeft == 0) {
+        r.done = true;
+        pending_--;
+        popDone(sendQ_);
+      }
+      l.sActive = false;
+      l.sSeq++;
+    }
+  }
+}
+
+flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
+  const FrameHeader &h = l.rHdr;
+  if (h.magic != kFrameMagic || h.version != kFrameVersion || h.lane != li) {
+    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: malformed frame header (magic 0x%x version %u lane %u)",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.magic, h.version,
+         h.lane);
+    return fail(flagcxRemoteError);
+  }
+  // Lane 0 carries every message in order; other lanes skip small ones.
+  bool seqOk = li == 0 ? h.seq == (l.rAny ? l.rLastSeq + 1 : 0) : (!l.rAny || h.seq > l.rLastSeq);
+  if (!seqOk || h.seq < recvQ_.frontSeq) {
+    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: frame sequence %" PRIu64 " out of order (last %" PRIu64 ")",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.seq, l.rLastSeq);
+    return fail(flagcxRemoteError);
+  }
+  if (h.seq >= recvQ_.nextSeq) return flagcxSuccess;  // its receive is not posted yet
+  int slot = recvQ_.at(h.seq);
+  Req &r = reqs_[slot];
+  if (h.tag != r.tag) {
+    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: message #%" PRIu64 " has tag 0x%" PRIx64 " (%" PRIu64 " bytes) but the posted receive expects tag 0x%" PRIx64 " (up to %" PRIu64 " bytes)",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, h.seq, h.tag, h.length,
+         r.tag, r.size);
+    return fail(flagcxInvalidUsage);
+  }
+  if (h.length > r.size) {
+    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: message #%" PRIu64 " (tag 0x%" PRIx64 ") is %" PRIu64 " bytes, longer than the %" PRIu64 "-byte receive posted for it",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, h.seq, h.tag, h.length,
+         r.size);
+    return fail(flagcxInvalidUsage);
+  }
+  int n = stripeCount(h.length, static_cast<int>(lanes_.size()));
+  if (li >= n || (r.stripes != 0 && r.length != h.length)) {
+    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: inconsistent stripe header for message #%" PRIu64 " (%" PRIu64 " bytes)",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.seq, h.length);
+    return fail(flagcxRemoteError);
+  }
+  if (r.stripes == 0) {
+    r.stripes = n;
+    r.stripesLeft = n;
+    r.length = h.length;
+  }
+  uint64_t off, len;
+  stripeOf(h.length, n, li, &off, &len);
+  l.rSlot = slot;
+  l.rData = r.buf + off;
+  l.rLen = len;
+  l.rDone = 0;
+  l.rAny = true;
+  l.rLastSeq = h.seq;
+  return flagcxSuccess;
+}
+
+flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
+  for (;;) {
+    if (l.closed) return flagcxSuccess;
+    size_t got = 0;
+    bool closed = false;
+    if (!l.rHdrReady) {
+      flagcxResult_t rc = l.pipe->read(reinterpret_cast<char *>(&l.rHdr) + l.rHdrGot,
+                                       sizeof(FrameHeader) - l.rHdrGot, &got, &closed);
+      if (rc != flagcxSuccess) return fail(rc);
+      if (got > 0) *moved = true;
+      l.rHdrGot += got;
+      if (l.rHdrGot < sizeof(FrameHeader)) {
+        if (closed) {
+          l.closed = true;
+          peerClosed_ = true;
+          if (pending_ > 0 || l.rHdrGot > 0) {
+            WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d lane %d: peer closed the connection with %d request(s) pending",
+                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, pending_);
+            return fail(flagcxRemoteError);
+          }
+        }
+        return flagcxSuccess;
+      }
+      l.rHdrReady = true;
+      l.rSlot = -1;
+    }
+    if (l.rSlot < 0) {
+      FLAGCX_CHECK(takeHeader(l, li));
+      if (l.rSlot < 0) return flagcxSuccess;  // wait for the receive to be posted
+    }
+    if (l.rDone < l.rLen) {
+      flagcxResult_t rc = l.pipe->read(l.rData + l.rDone, l.rLen - l.rDone, &got, &closed);
+      if (rc != flagcxSuccess) return fail(rc);
+      if (got > 0) *moved = true;
+      l.rDone += got;
+      if (l.rDone < l.rLen) {
+        if (closed) {
+          l.closed = true;
+          peerClosed_ = true;
+          WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection during message #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe received)",
+               kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.rHdr.seq,
+               l.rDone, l.rLen);
+          return fail(flagcxRemoteError);
+        }
+        return flagcxSuccess;
+      }
+    }
+    Req &r = reqs_[l.rSlot];
+    if (--r.stripesLeft == 0) {
+      r.done = true;
+      pending_--;
+      popDone(recvQ_);
+    }
+    l.rHdrReady = false;
+    l.rHdrGot = 0;
+    l.rSlot = -1;
+  }
+}
+
+flagcxResult_t FramedConn::idle() {
+  auto now = Clock::now();
+  if (!moveStamped_ || now - lastIdleCall_ > kCallerGap) {
+    lastMove_ = now;
+    moveStamped_ = true;
+  }
+  lastIdleCall_ = now;
+  if (now - lastLiveCheck_ >= kLiveCheckEvery) {
+    lastLiveCheck_ = now;
+    for (auto &l : lanes_) {
+      flagcxResult_t rc = l.pipe->idleCheck();
+      if (rc != flagcxSuccess) {
+        WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer lost with %d request(s) pending",
+             kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_);
+        return fail(rc);
+      }
+    }
+  }
+  if (now - lastMove_ > std::chrono::seconds(timeoutSec_)) {
+    WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: no progress for %" PRId64 " s (FLAGCX_TIMEOUT) with %d request(s) pending (next send #%" PRIu64 ", next receive #%" PRIu64 ")",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, timeoutSec_, pending_,
+         sendQ_.frontSeq, recvQ_.frontSeq);
+    return fail(flagcxRemoteError);
+  }
+  return flagcxSuccess;
+}
+
+flagcxResult_t FramedConn::progress() {
+  if (error_ != flagcxSuccess) return error_;
+  bool moved = false;
+  for (size_t i = 0; i < lanes_.size(); i++) {
+    FLAGCX_CHECK(progressSend(lanes_[i], static_cast<int>(i), &moved));
+    FLAGCX_CHECK(progressRecv(lanes_[i], static_cast<int>(i), &moved));
+  }
+  if (pending_ == 0) return flagcxSuccess;
+  if (moved) {
+    moveStamped_ = false;  // restamped lazily on the next idle call
+    return flagcxSuccess;
+  }
+  return idle();
+}
+
+flagcxResult_t FramedConn::test(int req, bool *done, size_t *bytes) {
+  if (done) *done = false;
+  int slot = req & 0xff;
+  uint32_t gen = static_cast<uint32_t>(req) >> 8;
+  if (req < 0 || reqs_[slot].kind == Kind::Free || reqs_[slot].released ||
+      reqs_[slot].gen != gen) {
+    WARN(kNet, "%s conn rank %d -> peer %d: test() of unknown or released request %d", kind_,
+         desc_.self, desc_.peer, req);
+    return flagcxInvalidUsage;
+  }
+  flagcxResult_t rc = progress();
+  if (rc != flagcxSuccess) return rc;
+  Req &r = reqs_[slot];
+  if (!r.done) return flagcxSuccess;
+  if (done) *done = true;
+  if (bytes) *bytes = r.length;
+  r.released = true;
+  if (!r.queued) freeSlot(slot);
+  return flagcxSuccess;
+}
+
+}  // namespace flagcx

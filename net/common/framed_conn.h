@@ -1,0 +1,160 @@
+// A Conn built from byte pipes: the message framing, request slots and error
+// handling shared by the shm and socket transports.
+//
+// Wire format, per message and per lane that carries a part of it:
+//   FrameHeader {magic, version, lane, seq, tag, length} then `stripe` bytes.
+// `length` is the whole message; the stripe a lane carries is a pure function
+// of (length, lane count), so every lane's header is self-describing and the
+// receiver checks it (magic, lane, sequence, tag, length against the posted
+// buffer) before one payload byte is read into user memory.  Lane 0 carries a
+// header for every message (zero-byte messages are a header alone); lane j > 0
+// carries only the stripes of messages large enough to be split j+1 ways.
+// One lane (shm) is the common case; the socket transport uses several TCP
+// connections per Conn as lanes.
+//
+// Never hang: test()/progress() never block.  While requests are pending and
+// the caller keeps polling, a Conn that moves no byte for FLAGCX_TIMEOUT
+// seconds fails with flagcxRemoteError (a stopped or wedged peer); gaps of
+// more than a second between polls restart that clock, since the caller was
+// not waiting then.  Pipes report dead peers sooner (EOF/RST, or the shm
+// liveness check every 50 ms).  Any error is sticky: the Conn stays failed.
+#pragma once
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net/net.h"
+
+namespace flagcx {
+
+// Who is at the other end, for log lines.
+struct PeerDesc {
+  int self = -1;
+  int peer = -1;
+  int channel = 0;
+  std::string host;
+};
+
+// A non-blocking, ordered byte stream to one peer, both directions.
+class Pipe {
+ public:
+  virtual ~Pipe() = default;
+  // Copy out as many of the iov bytes as fit now; *moved = bytes taken (0 when
+  // the pipe is full).  *closed is set when the peer has gone away.
+  virtual flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) = 0;
+  // Copy in up to n bytes; *moved = bytes copied (0 when nothing is there).
+  // *closed is set once the peer has gone and every byte it sent was read.
+  virtual flagcxResult_t read(void *dst, size_t n, size_t *moved, bool *closed) = 0;
+  // Called at most every ~50 ms while requests wait without progress: a
+  // transport whose stream cannot report a dead peer by itself (shm) checks
+  // here.  Returns flagcxRemoteError (after logging) when the peer is dead.
+  virtual flagcxResult_t idleCheck() { return flagcxSuccess; }
+};
+
+struct FrameHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t lane;
+  uint64_t seq;
+  uint64_t tag;
+  uint64_t length;
+};
+static_assert(sizeof(FrameHeader) == 32);
+constexpr uint32_t kFrameMagic = 0x46434d31;  // "FCM1"
+constexpr uint16_t kFrameVersion = 1;
+
+// How a message of `length` bytes is striped over `nlanes` lanes.
+int stripeCount(uint64_t length, int nlanes);
+void stripeOf(uint64_t length, int nstripes, int lane, uint64_t *offset, uint64_t *size);
+
+class FramedConn final : public Conn {
+ public:
+  FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> lanes);
+  ~FramedConn() override;
+
+  const char *kind() const override { return kind_; }
+  int peer() const override { return desc_.peer; }
+  flagcxResult_t isend(const void *buf, size_t bytes, uint64_t tag, int *req) override;
+  flagcxResult_t irecv(void *buf, size_t bytes, uint64_t tag, int *req) override;
+  flagcxResult_t test(int req, bool *done, size_t *bytes) override;
+  flagcxResult_t progress() override;
+
+ private:
+  enum class Kind : uint8_t { Free, Send, Recv };
+  struct Req {
+    Kind kind = Kind::Free;
+    bool done = false;
+    bool queued = false;    // still in sendQ_/recvQ_
+    bool released = false;  // test() reported it done
+    uint32_t gen = 0;
+    char *buf = nullptr;
+    uint64_t size = 0;    // send: length; recv: capacity
+    uint64_t length = 0;  // bytes of the message (recv: from the header)
+    uint64_t tag = 0;
+    uint64_t seq = 0;
+    int stripes = 0;      // 0 until known (recv: first header seen)
+    int stripesLeft = 0;
+  };
+  // Posted requests of one direction in sequence order (slot indices).
+  struct Queue {
+    int slots[kMaxPosted];
+    int head = 0, count = 0;
+    uint64_t frontSeq = 0;  // seq of slots[head]
+    uint64_t nextSeq = 0;   // seq the next post gets
+    int at(uint64_t seq) const { return slots[(head + (seq - frontSeq)) % kMaxPosted]; }
+  };
+  struct Lane {
+    std::unique_ptr<Pipe> pipe;
+    // send side
+    bool sActive = false;
+    uint64_t sSeq = 0;
+    FrameHeader sHdr{};
+    size_t sHdrDone = 0;
+    const char *sData = nullptr;
+    uint64_t sLen = 0, sDone = 0;
+    int sSlot = -1;
+    // receive side
+    FrameHeader rHdr{};
+    size_t rHdrGot = 0;
+    bool rHdrReady = false;
+    bool rAny = false;   // a header was ever taken on this lane
+    uint64_t rLastSeq = 0;
+    int rSlot = -1;
+    char *rData = nullptr;
+    uint64_t rLen = 0, rDone = 0;
+    bool closed = false;
+  };
+
+  flagcxResult_t post(Kind kind, void *buf, size_t bytes, uint64_t tag, int *req);
+  flagcxResult_t progressSend(Lane &l, int li, bool *moved);
+  flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
+  flagcxResult_t takeHeader(Lane &l, int li);
+  void popDone(Queue &q);
+  void freeSlot(int slot);
+  flagcxResult_t fail(flagcxResult_t code);
+  flagcxResult_t idle();
+  const char *dirName(Kind k) const { return k == Kind::Send ? "send" : "recv"; }
+
+  const char *kind_;
+  PeerDesc desc_;
+  std::vector<Lane> lanes_;
+  Req reqs_[kMaxPosted];
+  int freeSlots_[kMaxPosted];
+  int nfree_ = 0;
+  int pending_ = 0;  // requests not yet done
+  Queue sendQ_, recvQ_;
+  flagcxResult_t error_ = flagcxSuccess;
+  bool peerClosed_ = false;
+  // Stall and liveness tracking (see idle()).
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point lastMove_{}, lastIdleCall_{}, lastLiveCheck_{};
+  bool moveStamped_ = false;
+  int64_t timeoutSec_ = 600;
+};
+
+}  // namespace flagcx

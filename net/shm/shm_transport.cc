@@ -1,0 +1,442 @@
+// Same-host transport: one single-producer/single-consumer byte ring per
+// direction, channel and peer, in POSIX shared memory.
+//
+// Set-up (connectAll): each rank creates one segment per peer holding the
+// rings it *receives* on (one per channel), sends the segment's name to the
+// peer through the bootstrap, opens the peer's segment (the rings it sends
+// on), then both sides exchange an acknowledgement and the creator unlinks
+// its segment at once: from then on only the mappings keep it alive, so a
+// crash cannot leave anything in /dev/shm.
+//
+// Fast path: the producer copies into the ring and publishes its tail with a
+// release store every chunk; the consumer copies out and publishes its head.
+// Each side caches the other's counter and re-reads it only when the ring
+// looks full/empty, so the cache line of a counter moves between cores once
+// per chunk, not per message.  No syscall on the fast path.  A peer that
+// vanishes is noticed through a "closed" flag set by its destructor, or, when
+// it was killed, through kill(pid, 0) / its /proc state, checked by the
+// engine's idle path at most every 50 ms.  (Ranks that share /dev/shm but
+// not a pid namespace would defeat the pid check; the FLAGCX_TIMEOUT stall
+// check in the engine still bounds every wait then.)
+//
+// Untrusted peer: the ring sizes are fixed at set-up, and every counter read
+// from the peer is checked (0 <= tail - head <= size) before it is used, so
+// a corrupt or hostile peer cannot make a copy leave the ring or our buffer.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "core/bootstrap.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "net/common/framed_conn.h"
+#include "net/net.h"
+
+namespace flagcx {
+
+namespace {
+
+constexpr uint64_t kRingMagic = 0x464c4147525247ull;  // "FLAGRRG"
+constexpr size_t kCtlBytes = 4096;                    // control page before each ring
+constexpr uint64_t kChunk = 256 * 1024;               // publish the counter this often
+constexpr uint32_t kTagName = 0x73686d01;             // bootstrap tags: "shm" 1, 2
+constexpr uint32_t kTagAck = 0x73686d02;
+
+struct RingCtl {
+  alignas(64) std::atomic<uint64_t> tail;  // bytes produced (producer writes)
+  alignas(64) std::atomic<uint64_t> head;  // bytes consumed (consumer writes)
+  alignas(64) uint64_t magic;
+  uint64_t size;
+  std::atomic<int32_t> consumerPid;
+  std::atomic<int32_t> producerPid;
+  std::atomic<uint32_t> producerClosed;
+  std::atomic<uint32_t> consumerClosed;
+};
+static_assert(sizeof(RingCtl) <= kCtlBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// A mapped segment; unlinks its name unless that was already done.
+class Segment {
+ public:
+  ~Segment() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+    unlink();
+  }
+  static flagcxResult_t create(const std::string &name, size_t bytes,
+                               std::shared_ptr<Segment> *out) {
+    auto s = std::shared_ptr<Segment>(new Segment());
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      WARN(kShm, "shm_open(%s) failed: %s", name.c_str(), strerror(errno));
+      return flagcxSystemError;
+    }
+    s->name_ = name;
+    s->owner_ = true;
+    // Reserve the pages now: on a full /dev/shm this fails here with ENOSPC
+    // instead of a SIGBUS on the first copy.
+    int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      WARN(kShm, "cannot reserve %zu bytes for %s in /dev/shm: %s (FLAGCX_SHM_BUFFER_SIZE too large or /dev/shm too small)",
+           bytes, name.c_str(), strerror(rc));
+      close(fd);
+      return flagcxSystemError;
+    }
+    FLAGCX_CHECK(s->map(fd, bytes));
+    *out = std::move(s);
+    return flagcxSuccess;
+  }
+  static flagcxResult_t open(const std::string &name, size_t bytes, std::shared_ptr<Segment> *out) {
+    auto s = std::shared_ptr<Segment>(new Segment());
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      WARN(kShm, "shm_open(%s) of a peer's segment failed: %s", name.c_str(), strerror(errno));
+      return flagcxSystemError;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+      WARN(kShm, "peer segment %s has %lld bytes, expected %zu", name.c_str(),
+           static_cast<long long>(st.st_size), bytes);
+      close(fd);
+      return flagcxSystemError;
+    }
+    FLAGCX_CHECK(s->map(fd, bytes));
+    *out = std::move(s);
+    return flagcxSuccess;
+  }
+  void unlink() {
+    if (owner_ && !name_.empty()) shm_unlink(name_.c_str());
+    owner_ = false;
+  }
+  char *base() const { return static_cast<char *>(base_); }
+  const std::string &name() const { return name_; }
+
+ private:
+  Segment() = default;
+  flagcxResult_t map(int fd, size_t bytes) {
+    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+      WARN(kShm, "mmap of %zu bytes of %s failed: %s", bytes, name_.c_str(), strerror(errno));
+      return flagcxSystemError;
+    }
+    base_ = p;
+    bytes_ = bytes;
+    return flagcxSuccess;
+  }
+  void *base_ = nullptr;
+  size_t bytes_ = 0;
+  std::string name_;
+  bool owner_ = false;
+};
+
+// Is `pid` gone (no such process, or a zombie nobody reaped yet)?
+bool processGone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE *f = fopen(path, "r");
+  if (f == nullptr) return errno == ENOENT;
+  char buf[512];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  // "pid (comm) S ...": the state follows the last ')'.
+  const char *p = strrchr(buf, ')');
+  return p != nullptr && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+class ShmPipe final : public Pipe {
+ public:
+  ShmPipe(PeerDesc desc, pid_t peerPid, std::shared_ptr<Segment> txSeg, RingCtl *tx,
+          std::shared_ptr<Segment> rxSeg, RingCtl *rx)
+      : desc_(std::move(desc)),
+        peerPid_(peerPid),
+        txSeg_(std::move(txSeg)),
+        rxSeg_(std::move(rxSeg)),
+        tx_(tx),
+        rx_(rx),
+        txData_(reinterpret_cast<char *>(tx) + kCtlBytes),
+        rxData_(reinterpret_cast<char *>(rx) + kCtlBytes),
+        txSize_(tx->size),
+        rxSize_(rx->size) {
+    txTail_ = tx_->tail.load(std::memory_order_relaxed);
+    txHead_ = tx_->head.load(std::memory_order_acquire);
+    rxHead_ = rx_->head.load(std::memory_order_relaxed);
+    rxTail_ = rx_->tail.load(std::memory_order_acquire);
+  }
+  ~ShmPipe() override {
+    tx_->producerClosed.store(1, std::memory_order_release);
+    rx_->consumerClosed.store(1, std::memory_order_release);
+  }
+
+  flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
+    *moved = 0;
+    *closed = false;
+    uint64_t space = txSize_ - (txTail_ - txHead_);
+    if (space == 0) {
+      txHead_ = tx_->head.load(std::memory_order_acquire);
+      if (txHead_ > txTail_ || txTail_ - txHead_ > txSize_) return corrupt("send", txHead_, txTail_);
+      space = txSize_ - (txTail_ - txHead_);
+      if (tx_->consumerClosed.load(std::memory_order_acquire)) {
+        *closed = true;
+        return flagcxSuccess;
+      }
+      if (space == 0) return flagcxSuccess;
+    }
+    size_t total = 0;
+    for (int i = 0; i < iovcnt && space > 0; i++) {
+      const char *src = static_cast<const char *>(iov[i].iov_base);
+      uint64_t left = iov[i].iov_len;
+      while (left > 0 && space > 0) {
+        uint64_t pos = txTail_ % txSize_;
+        uint64_t n = std::min({left, space, txSize_ - pos, kChunk});
+        memcpy(txData_ + pos, src, n);
+        src += n;
+        left -= n;
+        space -= n;
+        total += n;
+        txTail_ += n;
+        tx_->tail.store(txTail_, std::memory_order_release);
+        if (space == 0) {  // the consumer may have freed room meanwhile
+          txHead_ = tx_->head.load(std::memory_order_acquire);
+          if (txHead_ > txTail_ || txTail_ - txHead_ > txSize_) return corrupt("send", txHead_, txTail_);
+          space = txSize_ - (txTail_ - txHead_);
+        }
+      }
+      if (left > 0) break;
+    }
+    *moved = total;
+    return flagcxSuccess;
+  }
+
+  flagcxResult_t read(void *dst, size_t want, size_t *moved, bool *closed) override {
+    *moved = 0;
+    *closed = false;
+    uint64_t avail = rxTail_ - rxHead_;
+    if (avail == 0) {
+      // Read the flag before the counter: a producer sets it after its last
+      // tail store, so "closed and still empty" means nothing more will come.
+      bool gone = rx_->producerClosed.load(std::memory_order_acquire) != 0;
+      rxTail_ = rx_->tail.load(std::memory_order_acquire);
+      if (rxTail_ < rxHead_ || rxTail_ - rxHead_ > rxSize_) return corrupt("receive", rxHead_, rxTail_);
+      avail = rxTail_ - rxHead_;
+      if (avail == 0) {
+        *closed = gone;
+        return flagcxSuccess;
+      }
+    }
+    char *out = static_cast<char *>(dst);
+    uint64_t left = want;
+    while (left > 0 && avail > 0) {
+      uint64_t pos = rxHead_ % rxSize_;
+      uint64_t n = std::min({left, avail, rxSize_ - pos, kChunk});
+      memcpy(out, rxData_ + pos, n);
+      out += n;
+      left -= n;
+      avail -= n;
+      rxHead_ += n;
+      rx_->head.store(rxHead_, std::memory_order_release);
+      if (avail == 0 && left > 0) {
+        rxTail_ = rx_->tail.load(std::memory_order_acquire);
+        if (rxTail_ < rxHead_ || rxTail_ - rxHead_ > rxSize_) return corrupt("receive", rxHead_, rxTail_);
+        avail = rxTail_ - rxHead_;
+      }
+    }
+    *moved = want - left;
+    return flagcxSuccess;
+  }
+
+  flagcxResult_t idleCheck() override {
+    if (processGone(peerPid_)) {
+      WARN(kShm, "shm rank %d: peer %d (pid %d on %s) channel %d has died", desc_.self, desc_.peer,
+           static_cast<int>(peerPid_), desc_.host.c_str(), desc_.channel);
+      return flagcxRemoteError;
+    }
+    return flagcxSuccess;
+  }
+
+ private:
+  flagcxResult_t corrupt(const char *dir, uint64_t head, uint64_t tail) {
+    WARN(kShm, "shm rank %d: %s ring shared with peer %d channel %d is corrupt (head %" PRIu64 ", tail %" PRIu64 ", size %" PRIu64 ")",
+         desc_.self, dir, desc_.peer, desc_.channel, head, tail, txSize_);
+    return flagcxRemoteError;
+  }
+
+  PeerDesc desc_;
+  pid_t peerPid_;
+  std::shared_ptr<Segment> txSeg_, rxSeg_;
+  RingCtl *tx_, *rx_;
+  char *txData_, *rxData_;
+  const uint64_t txSize_, rxSize_;
+  // Local copies of our own counter and cached copies of the peer's.
+  uint64_t txTail_, txHead_, rxHead_, rxTail_;
+};
+
+// A rank killed inside the short window between creating its segment and
+// unlinking it (during connectAll) leaves a name behind; the next set-up on
+// this host removes names whose creator (pid in the name) is gone.
+void removeOrphans() {
+  DIR *d = opendir("/dev/shm");
+  if (d == nullptr) return;
+  while (dirent *e = readdir(d)) {
+    int pid = 0;
+    if (sscanf(e->d_name, "flagcx-shm-%d-", &pid) != 1 || pid <= 0) continue;
+    if (!processGone(pid)) continue;
+    std::string name = std::string("/") + e->d_name;
+    if (shm_unlink(name.c_str()) == 0)
+      INFO(kShm, "shm: removed %s, left by a process that died during set-up", name.c_str());
+  }
+  closedir(d);
+}
+
+struct NameMsg {
+  uint64_t magic;
+  uint64_t ringBytes;
+  int32_t nchannels;
+  int32_t pid;
+  char name[64];
+};
+
+struct Peer {
+  int rank;
+  std::shared_ptr<Segment> mine;    // rings I receive on
+  std::shared_ptr<Segment> theirs;  // rings I send on
+  NameMsg msg{};
+  pid_t pid = 0;
+};
+
+RingCtl *ringAt(Segment &s, int channel, uint64_t ringBytes) {
+  return reinterpret_cast<RingCtl *>(s.base() + static_cast<size_t>(channel) * (kCtlBytes + ringBytes));
+}
+
+class ShmTransport final : public Transport {
+ public:
+  const char *name() const override { return "shm"; }
+
+  flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers, int nchannels,
+                            std::vector<std::unique_ptr<Conn>> *out) override {
+    out->clear();
+    if (nchannels < 1 || nchannels > 64) {
+      WARN(kShm, "shm connectAll: %d channels requested (1..64 supported)", nchannels);
+      return flagcxInvalidArgument;
+    }
+    int64_t want = paramInt(Param::SHM_BUFFER_SIZE);
+    uint64_t ringBytes = static_cast<uint64_t>(std::clamp<int64_t>(want, 64 << 10, int64_t{1} << 30));
+    ringBytes = (ringBytes + 4095) & ~uint64_t{4095};
+    size_t segBytes = static_cast<size_t>(nchannels) * (kCtlBytes + ringBytes);
+    static std::atomic<uint32_t> counter{0};
+    const int me = bs.rank();
+    removeOrphans();
+    if (peers.empty()) return flagcxSuccess;
+
+    std::vector<Peer> ps(peers.size());
+    // 1. Create the rings this rank receives on and tell each peer their name.
+    for (size_t i = 0; i < peers.size(); i++) {
+      Peer &p = ps[i];
+      p.rank = peers[i];
+      if (p.rank < 0 || p.rank >= bs.nranks() || p.rank == me) {
+        WARN(kShm, "shm connectAll: rank %d cannot connect to peer %d (nranks %d)", me, p.rank,
+             bs.nranks());
+        return flagcxInvalidArgument;
+      }
+      uint32_t rnd;
+      randomBytes(&rnd, sizeof rnd);
+      char name[64];
+      snprintf(name, sizeof name, "/flagcx-shm-%d-%d-%u-%08x", static_cast<int>(getpid()), p.rank,
+               counter.fetch_add(1), rnd);
+      FLAGCX_CHECK(Segment::create(name, segBytes, &p.mine));
+      for (int c = 0; c < nchannels; c++) {
+        RingCtl *r = ringAt(*p.mine, c, ringBytes);
+        r->tail.store(0, std::memory_order_relaxed);
+        r->head.store(0, std::memory_order_relaxed);
+        r->magic = kRingMagic;
+        r->size = ringBytes;
+        r->consumerPid.store(getpid(), std::memory_order_relaxed);
+        r->producerPid.store(0, std::memory_order_relaxed);
+        r->producerClosed.store(0, std::memory_order_relaxed);
+        r->consumerClosed.store(0, std::memory_order_release);
+      }
+      NameMsg m{};
+      m.magic = kRingMagic;
+      m.ringBytes = ringBytes;
+      m.nchannels = nchannels;
+      m.pid = getpid();
+      snprintf(m.name, sizeof m.name, "%s", name);
+      FLAGCX_CHECK(bs.send(p.rank, kTagName, &m, sizeof m));
+    }
+    // 2. Open each peer's rings; remember failures but always acknowledge,
+    // so that no peer waits for an answer that never comes.
+    flagcxResult_t status = flagcxSuccess;
+    for (Peer &p : ps) {
+      FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
+      p.msg.name[sizeof p.msg.name - 1] = 0;
+      flagcxResult_t rc = flagcxSuccess;
+      if (p.msg.magic != kRingMagic || p.msg.nchannels != nchannels ||
+          p.msg.ringBytes != ringBytes || strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
+        WARN(kShm, "shm connectAll: rank %d and peer %d disagree (channels %d/%d, ring bytes %" PRIu64 "/%" PRIu64 "); set FLAGCX_SHM_BUFFER_SIZE alike on every rank",
+             me, p.rank, nchannels, p.msg.nchannels, ringBytes, p.msg.ringBytes);
+        rc = flagcxInvalidUsage;
+      } else {
+        rc = Segment::open(p.msg.name, segBytes, &p.theirs);
+        for (int c = 0; rc == flagcxSuccess && c < nchannels; c++) {
+          RingCtl *r = ringAt(*p.theirs, c, ringBytes);
+          if (r->magic != kRingMagic || r->size != ringBytes) {
+            WARN(kShm, "shm connectAll: peer %d's segment %s is not a ring", p.rank, p.msg.name);
+            rc = flagcxRemoteError;
+          } else {
+            r->producerPid.store(getpid(), std::memory_order_release);
+          }
+        }
+      }
+      if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
+      p.pid = p.msg.pid;
+      int32_t ack = rc == flagcxSuccess ? 1 : 0;
+      FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
+    }
+    // 3. Both sides mapped: the names are no longer needed.
+    for (Peer &p : ps) {
+      int32_t ack = 0;
+      FLAGCX_CHECK(bs.recv(p.rank, kTagAck, &ack, sizeof ack));
+      p.mine->unlink();
+      if (ack != 1) {
+        WARN(kShm, "shm connectAll: rank %d: peer %d could not map this rank's rings", me, p.rank);
+        if (status == flagcxSuccess) status = flagcxRemoteError;
+      }
+    }
+    if (status != flagcxSuccess) return status;
+
+    for (Peer &p : ps) {
+      for (int c = 0; c < nchannels; c++) {
+        PeerDesc d;
+        d.self = me;
+        d.peer = p.rank;
+        d.channel = c;
+        d.host = bs.peers().size() > static_cast<size_t>(p.rank) ? bs.peers()[p.rank].host : "?";
+        std::vector<std::unique_ptr<Pipe>> lanes;
+        lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, ringAt(*p.theirs, c, ringBytes),
+                                                  p.mine, ringAt(*p.mine, c, ringBytes)));
+        out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes)));
+      }
+    }
+    INFO(kShm, "shm: rank %d connected to %zu peer(s), %d channel(s), %" PRIu64 "-byte rings", me,
+         ps.size(), nchannels, ringBytes);
+    return flagcxSuccess;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }
+
+}  // namespace flagcx

@@ -1,0 +1,392 @@
+// TCP transport.  Each Conn (peer, channel) owns `lanes` TCP connections,
+// lanes = FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD (at most 16);
+// the framing engine (net/common) stripes large messages across them.
+//
+// Progress runs in the caller's thread (test()/progress()), all lanes of a
+// Conn in turn, with non-blocking sockets: no helper threads.  On the 2-core
+// machines this library is built on, a helper thread per rank steals the
+// core the peer rank needs, and on loopback one flow already saturates the
+// memory copies; several lanes still pay off on real NICs where a single TCP
+// flow is window- or core-limited.  SOCKET_NTHREADS therefore only scales
+// the number of connections for now.
+//
+// Set-up: each rank listens on findLocalAddress() (FLAGCX_SOCKET_IFNAME /
+// FAMILY) port 0 and sends its address to each peer through the bootstrap.
+// The lower rank of a pair connects, the higher accepts; every data
+// connection proves the unique id's secret (handshake kind 3) and names
+// (rank, channel*lanes + lane) in its hello.  Accepted connections are held
+// in a poll set until their hello arrives, so a silent or garbage-sending
+// foreign client never delays the real ones; it is logged and dropped.  The
+// listener is closed once every expected connection has arrived.
+#include "net/socket/socket_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <mutex>
+
+#include "core/bootstrap.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "net/common/framed_conn.h"
+#include "net/net.h"
+
+namespace flagcx {
+
+namespace {
+
+constexpr uint32_t kTagAddr = 0x736f6b01;  // bootstrap tag "sok" 1
+constexpr uint64_t kAddrMagic = 0x464c4147534f4b31ull;
+constexpr uint32_t kHelloKindTransport = 3;
+constexpr int kMaxLanes = 16;
+constexpr size_t kStage = 64 * 1024;  // read-ahead buffer for headers and small messages
+
+std::mutex g_hookMu;
+std::function<void(const SockAddr &)> g_listenHook;
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd &&o) noexcept : fd_(o.release()) {}
+  Fd &operator=(Fd &&o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+class SocketPipe final : public Pipe {
+ public:
+  SocketPipe(PeerDesc desc, int lane, Fd fd, SockAddr addr)
+      : desc_(std::move(desc)), lane_(lane), fd_(std::move(fd)), addr_(addr),
+        stage_(new char[kStage]) {}
+
+  flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
+    *moved = 0;
+    *closed = false;
+    msghdr mh{};
+    mh.msg_iov = const_cast<iovec *>(iov);
+    mh.msg_iovlen = static_cast<size_t>(iovcnt);
+    for (;;) {
+      ssize_t n = sendmsg(fd_.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) {
+        *moved = static_cast<size_t>(n);
+        return flagcxSuccess;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return flagcxSuccess;
+      return ioError("send", closed);
+    }
+  }
+
+  flagcxResult_t read(void *dst, size_t n, size_t *moved, bool *closed) override {
+    *moved = 0;
+    *closed = false;
+    if (stBeg_ < stEnd_) {
+      size_t k = std::min(n, stEnd_ - stBeg_);
+      memcpy(dst, stage_.get() + stBeg_, k);
+      stBeg_ += k;
+      *moved = k;
+      return flagcxSuccess;
+    }
+    // Big reads go straight to the user's buffer; small ones (headers, small
+    // messages) pull in whatever is queued so the next ones cost no syscall.
+    bool direct = n >= kStage / 2;
+    char *to = direct ? static_cast<char *>(dst) : stage_.get();
+    size_t cap = direct ? n : kStage;
+    for (;;) {
+      ssize_t got = recv(fd_.get(), to, cap, MSG_DONTWAIT);
+      if (got > 0) {
+        if (direct) {
+          *moved = static_cast<size_t>(got);
+        } else {
+          stBeg_ = 0;
+          stEnd_ = static_cast<size_t>(got);
+          size_t k = std::min(n, stEnd_);
+          memcpy(dst, stage_.get(), k);
+          stBeg_ = k;
+          *moved = k;
+        }
+        return flagcxSuccess;
+      }
+      if (got == 0) {
+        *closed = true;
+        return flagcxSuccess;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return flagcxSuccess;
+      return ioError("recv", closed);
+    }
+  }
+
+ private:
+  flagcxResult_t ioError(const char *op, bool *closed) {
+    int err = errno;
+    if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT ||
+        err == EHOSTUNREACH || err == ENETUNREACH) {
+      // The engine reports it with the request state; add the cause here.
+      INFO(kNet, "socket rank %d: %s to peer %d (%s, %s) lane %d: %s", desc_.self, op, desc_.peer,
+           desc_.host.c_str(), addr_.str().c_str(), lane_, strerror(err));
+      WARN(kNet, "socket rank %d: connection to peer %d (%s, %s) channel %d lane %d lost: %s failed with %s",
+           desc_.self, desc_.peer, desc_.host.c_str(), addr_.str().c_str(), desc_.channel, lane_,
+           op, strerror(err));
+      *closed = true;
+      return flagcxSuccess;
+    }
+    WARN(kNet, "socket rank %d: %s to peer %d (%s, %s) lane %d failed: %s", desc_.self, op,
+         desc_.peer, desc_.host.c_str(), addr_.str().c_str(), lane_, strerror(err));
+    return flagcxSystemError;
+  }
+
+  PeerDesc desc_;
+  int lane_;
+  Fd fd_;
+  SockAddr addr_;
+  std::unique_ptr<char[]> stage_;
+  size_t stBeg_ = 0, stEnd_ = 0;
+};
+
+struct AddrMsg {
+  uint64_t magic;
+  SockAddr addr;
+  int32_t lanes;
+  int32_t nchannels;
+};
+
+bool addrValid(const SockAddr &a) {
+  if (a.u.sa.sa_family == AF_INET) return a.len == sizeof(sockaddr_in);
+  if (a.u.sa.sa_family == AF_INET6) return a.len == sizeof(sockaddr_in6);
+  return false;
+}
+
+class SocketTransport final : public Transport {
+ public:
+  const char *name() const override { return "socket"; }
+
+  flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers, int nchannels,
+                            std::vector<std::unique_ptr<Conn>> *out) override {
+    out->clear();
+    if (peers.empty()) return flagcxSuccess;  // nothing collective happens here
+    const int me = bs.rank();
+    if (nchannels < 1 || nchannels > 64) {
+      WARN(kNet, "socket connectAll: %d channels requested (1..64 supported)", nchannels);
+      return flagcxInvalidArgument;
+    }
+    for (int p : peers) {
+      if (p < 0 || p >= bs.nranks() || p == me) {
+        WARN(kNet, "socket connectAll: rank %d cannot connect to peer %d (nranks %d)", me, p,
+             bs.nranks());
+        return flagcxInvalidArgument;
+      }
+    }
+    int64_t nt = std::max<int64_t>(1, paramInt(Param::SOCKET_NTHREADS));
+    int64_t ns = std::max<int64_t>(1, paramInt(Param::NSOCKS_PERTHREAD));
+    int myLanes = static_cast<int>(std::min<int64_t>(kMaxLanes, nt * ns));
+    auto deadline = deadlineFromTimeout();
+
+    // 1. Listen and tell each peer where.
+    SockAddr addr;
+    std::string ifname;
+    FLAGCX_CHECK(findLocalAddress(&addr, &ifname));
+    addr.setPort(0);
+    int lfdRaw = -1;
+    FLAGCX_CHECK(listenOn(&addr, &lfdRaw));
+    Fd lfd(lfdRaw);
+    AddrMsg mine{};
+    mine.magic = kAddrMagic;
+    mine.addr = addr;
+    mine.lanes = myLanes;
+    mine.nchannels = nchannels;
+    for (int p : peers) FLAGCX_CHECK(bs.send(p, kTagAddr, &mine, sizeof mine));
+    std::vector<AddrMsg> theirs(peers.size());
+    int lanes = myLanes;
+    for (size_t i = 0; i < peers.size(); i++) {
+      AddrMsg &m = theirs[i];
+      FLAGCX_CHECK(bs.recv(peers[i], kTagAddr, &m, sizeof m));
+      if (m.magic != kAddrMagic || !addrValid(m.addr) || m.nchannels != nchannels ||
+          m.lanes < 1 || m.lanes > kMaxLanes) {
+        WARN(kNet, "socket connectAll: rank %d got a bad address record from peer %d (channels %d, lanes %d)",
+             me, peers[i], m.nchannels, m.lanes);
+        return flagcxInvalidUsage;
+      }
+    }
+    // Lanes per Conn must agree on both ends; the smallest offer wins per
+    // pair (so a rank with a different setting still connects).
+    std::vector<int> pairLanes(peers.size());
+    for (size_t i = 0; i < peers.size(); i++) pairLanes[i] = std::min(lanes, theirs[i].lanes);
+    INFO(kNet, "socket: rank %d listening on %s (%s), %d lane(s) per connection", me,
+         addr.str().c_str(), ifname.c_str(), myLanes);
+    {
+      std::lock_guard<std::mutex> lk(g_hookMu);
+      if (g_listenHook) g_listenHook(addr);
+    }
+
+    // fds[i][c * lanes + l]
+    std::vector<std::vector<Fd>> fds(peers.size());
+    for (size_t i = 0; i < peers.size(); i++)
+      fds[i].resize(static_cast<size_t>(nchannels * pairLanes[i]));
+
+    // 2. Connect to higher peers.
+    for (size_t i = 0; i < peers.size(); i++) {
+      if (peers[i] < me) continue;
+      for (size_t k = 0; k < fds[i].size(); k++) {
+        int fd = -1;
+        flagcxResult_t rc = connectTo(theirs[i].addr, deadline, &fd);
+        if (rc != flagcxSuccess) {
+          WARN(kNet, "socket connectAll: rank %d cannot connect to peer %d (%s) at %s", me,
+               peers[i], hostOf(bs, peers[i]), theirs[i].addr.str().c_str());
+          return rc;
+        }
+        fds[i][k] = Fd(fd);
+        Hello h{kHelloMagic, kHelloKindTransport, me, static_cast<int32_t>(k), bs.nranks()};
+        rc = clientHandshake(fd, bs.secret(), h, deadline);
+        if (rc != flagcxSuccess) {
+          WARN(kNet, "socket connectAll: rank %d: handshake with peer %d (%s) at %s failed", me,
+               peers[i], hostOf(bs, peers[i]), theirs[i].addr.str().c_str());
+          return rc;
+        }
+      }
+    }
+
+    // 3. Accept from lower peers.
+    FLAGCX_CHECK(acceptLower(bs, peers, pairLanes, nchannels, lfd.get(), deadline, &fds));
+    lfd.reset();
+
+    for (size_t i = 0; i < peers.size(); i++) {
+      for (int c = 0; c < nchannels; c++) {
+        PeerDesc d;
+        d.self = me;
+        d.peer = peers[i];
+        d.channel = c;
+        d.host = hostOf(bs, peers[i]);
+        std::vector<std::unique_ptr<Pipe>> pipes;
+        for (int l = 0; l < pairLanes[i]; l++) {
+          Fd &fd = fds[i][static_cast<size_t>(c * pairLanes[i] + l)];
+          setNonBlocking(fd.get(), true);
+          setNoDelay(fd.get());
+          pipes.push_back(std::make_unique<SocketPipe>(d, l, std::move(fd), theirs[i].addr));
+        }
+        out->push_back(std::make_unique<FramedConn>("socket", d, std::move(pipes)));
+      }
+    }
+    INFO(kNet, "socket: rank %d connected to %zu peer(s), %d channel(s)", me, peers.size(),
+         nchannels);
+    return flagcxSuccess;
+  }
+
+ private:
+  static const char *hostOf(Bootstrap &bs, int rank) {
+    if (rank >= 0 && static_cast<size_t>(rank) < bs.peers().size()) return bs.peers()[rank].host;
+    return "?";
+  }
+
+  flagcxResult_t acceptLower(Bootstrap &bs, const std::vector<int> &peers,
+                             const std::vector<int> &pairLanes, int nchannels, int lfd,
+                             Clock::time_point deadline, std::vector<std::vector<Fd>> *fds) {
+    const int me = bs.rank();
+    size_t missing = 0;
+    for (size_t i = 0; i < peers.size(); i++)
+      if (peers[i] < me) missing += static_cast<size_t>(nchannels * pairLanes[i]);
+    struct Waiting {
+      Fd fd;
+      Clock::time_point since;
+    };
+    std::vector<Waiting> waiting;
+    while (missing > 0) {
+      auto now = Clock::now();
+      if (now >= deadline) {
+        std::string who;
+        for (size_t i = 0; i < peers.size(); i++) {
+          if (peers[i] >= me) continue;
+          size_t have = 0;
+          for (auto &f : (*fds)[i]) have += f.get() >= 0;
+          if (have < (*fds)[i].size())
+            who += " " + std::to_string(peers[i]) + "(" + hostOf(bs, peers[i]) + ", " +
+                   std::to_string(have) + "/" + std::to_string((*fds)[i].size()) + ")";
+        }
+        WARN(kNet, "socket connectAll: rank %d timed out (FLAGCX_TIMEOUT) waiting for connections from rank(s):%s",
+             me, who.c_str());
+        return flagcxRemoteError;
+      }
+      // A connection that says nothing for long is not one of ours.
+      for (size_t w = 0; w < waiting.size();) {
+        if (now - waiting[w].since > std::chrono::seconds(10)) {
+          WARN(kNet, "socket rank %d: dropped a connection that sent no hello for 10 s", me);
+          waiting.erase(waiting.begin() + static_cast<long>(w));
+        } else {
+          w++;
+        }
+      }
+      std::vector<pollfd> pf;
+      pf.push_back({lfd, POLLIN, 0});
+      for (auto &w : waiting) pf.push_back({w.fd.get(), POLLIN, 0});
+      int rc = poll(pf.data(), pf.size(), 100);
+      if (rc < 0 && errno != EINTR) {
+        WARN(kNet, "socket connectAll: poll failed: %s", strerror(errno));
+        return flagcxSystemError;
+      }
+      if (rc <= 0) continue;
+      // Handshakes first (indices shift when we erase), then new arrivals.
+      for (size_t k = pf.size(); k-- > 1;) {
+        if (pf[k].revents == 0) continue;
+        Fd fd = std::move(waiting[k - 1].fd);
+        waiting.erase(waiting.begin() + static_cast<long>(k - 1));
+        Hello h{};
+        if (serverHandshake(fd.get(), bs.secret(), kHelloKindTransport, &h, deadline) !=
+            flagcxSuccess)
+          continue;  // logged by serverHandshake; fd closes here
+        size_t i = std::find(peers.begin(), peers.end(), h.rank) - peers.begin();
+        if (h.nranks != bs.nranks() || i == peers.size() || h.rank >= me || h.channel < 0 ||
+            static_cast<size_t>(h.channel) >= (*fds)[i].size() ||
+            (*fds)[i][static_cast<size_t>(h.channel)].get() >= 0) {
+          WARN(kNet, "socket rank %d: rejected an authenticated connection claiming rank %d channel %d (nranks %d): not expected",
+               me, h.rank, h.channel, h.nranks);
+          continue;
+        }
+        (*fds)[i][static_cast<size_t>(h.channel)] = std::move(fd);
+        missing--;
+      }
+      if (pf[0].revents != 0) {
+        for (;;) {  // drain the backlog
+          int fd = -1;
+          FLAGCX_CHECK(acceptOne(lfd, Clock::now(), &fd));
+          if (fd < 0) break;
+          waiting.push_back({Fd(fd), Clock::now()});
+        }
+      }
+    }
+    return flagcxSuccess;
+  }
+};
+
+}  // namespace
+
+void socketTransportSetListenHook(std::function<void(const SockAddr &)> hook) {
+  std::lock_guard<std::mutex> lk(g_hookMu);
+  g_listenHook = std::move(hook);
+}
+
+std::unique_ptr<Transport> makeSocketTransport() { return std::make_unique<SocketTransport>(); }
+
+}  // namespace flagcx

@@ -1,0 +1,211 @@
+// The framing engine over in-memory pipes: partial reads/writes, striping
+// over several lanes, and hostile headers, without processes or sockets.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <memory>
+#include <random>
+
+#include "net/common/framed_conn.h"
+
+using namespace flagcx;
+
+namespace {
+
+// One direction of bytes.
+struct Bytes {
+  std::deque<uint8_t> q;
+  bool closed = false;
+};
+
+// A pipe that moves at most a random number of bytes per call.
+class MemPipe : public Pipe {
+ public:
+  MemPipe(std::shared_ptr<Bytes> out, std::shared_ptr<Bytes> in, unsigned seed, size_t cap)
+      : out_(std::move(out)), in_(std::move(in)), rng_(seed), cap_(cap) {}
+  ~MemPipe() override { out_->closed = true; }
+  flagcxResult_t write(const iovec *iov, int n, size_t *moved, bool *closed) override {
+    *closed = false;
+    size_t budget = rng_() % cap_;
+    size_t total = 0;
+    for (int i = 0; i < n && budget > 0; i++) {
+      size_t k = std::min(budget, iov[i].iov_len);
+      const uint8_t *p = static_cast<const uint8_t *>(iov[i].iov_base);
+      out_->q.insert(out_->q.end(), p, p + k);
+      total += k;
+      budget -= k;
+      if (k < iov[i].iov_len) break;
+    }
+    *moved = total;
+    return flagcxSuccess;
+  }
+  flagcxResult_t read(void *dst, size_t n, size_t *moved, bool *closed) override {
+    size_t k = std::min({n, in_->q.size(), static_cast<size_t>(rng_() % cap_)});
+    std::copy(in_->q.begin(), in_->q.begin() + static_cast<long>(k), static_cast<uint8_t *>(dst));
+    in_->q.erase(in_->q.begin(), in_->q.begin() + static_cast<long>(k));
+    *moved = k;
+    *closed = k == 0 && in_->q.empty() && in_->closed;
+    return flagcxSuccess;
+  }
+
+ private:
+  std::shared_ptr<Bytes> out_, in_;
+  std::mt19937 rng_;
+  size_t cap_;
+};
+
+struct Pair {
+  std::unique_ptr<FramedConn> a, b;
+  std::vector<std::shared_ptr<Bytes>> ab, ba;  // per lane
+};
+
+Pair makePair(int lanes, size_t cap = 70000) {
+  Pair p;
+  std::vector<std::unique_ptr<Pipe>> pa, pb;
+  for (int l = 0; l < lanes; l++) {
+    auto x = std::make_shared<Bytes>(), y = std::make_shared<Bytes>();
+    p.ab.push_back(x);
+    p.ba.push_back(y);
+    pa.push_back(std::make_unique<MemPipe>(x, y, 1 + l, cap));
+    pb.push_back(std::make_unique<MemPipe>(y, x, 100 + l, cap));
+  }
+  p.a = std::make_unique<FramedConn>("mem", PeerDesc{0, 1, 0, "a"}, std::move(pa));
+  p.b = std::make_unique<FramedConn>("mem", PeerDesc{1, 0, 0, "b"}, std::move(pb));
+  return p;
+}
+
+flagcxResult_t drive(Pair &p, std::vector<std::pair<Conn *, int>> reqs, std::vector<size_t> *bytes) {
+  bytes->assign(reqs.size(), 0);
+  std::vector<bool> done(reqs.size(), false);
+  for (int iter = 0; iter < 1000000; iter++) {
+    bool all = true;
+    for (size_t i = 0; i < reqs.size(); i++) {
+      if (done[i]) continue;
+      bool d = false;
+      flagcxResult_t rc = reqs[i].first->test(reqs[i].second, &d, &(*bytes)[i]);
+      if (rc != flagcxSuccess) return rc;
+      done[i] = d;
+      all = all && d;
+    }
+    if (all) return flagcxSuccess;
+    p.a->progress();
+    p.b->progress();
+  }
+  return flagcxInternalError;
+}
+
+TEST(NetFraming, StripedMessagesAnyLaneCount) {
+  for (int lanes : {1, 2, 3, 5}) {
+    Pair p = makePair(lanes);
+    std::vector<size_t> sizes = {0, 1, 4095, 600 * 1024, 3 * 1024 * 1024 + 17, 0, 5};
+    std::vector<std::vector<uint8_t>> src(sizes.size()), dst(sizes.size());
+    std::vector<std::pair<Conn *, int>> reqs;
+    for (size_t k = 0; k < sizes.size(); k++) {
+      src[k].resize(sizes[k]);
+      for (size_t i = 0; i < sizes[k]; i++) src[k][i] = static_cast<uint8_t>(i * 7 + k);
+      dst[k].assign(sizes[k] + 8, 0xcc);
+      int r;
+      ASSERT_EQ(p.b->irecv(dst[k].data(), dst[k].size(), k, &r), flagcxSuccess);
+      reqs.push_back({p.b.get(), r});
+      ASSERT_EQ(p.a->isend(src[k].data(), sizes[k], k, &r), flagcxSuccess);
+      reqs.push_back({p.a.get(), r});
+    }
+    std::vector<size_t> bytes;
+    ASSERT_EQ(drive(p, reqs, &bytes), flagcxSuccess) << lanes << " lanes";
+    for (size_t k = 0; k < sizes.size(); k++) {
+      EXPECT_EQ(bytes[2 * k], sizes[k]);
+      EXPECT_TRUE(std::equal(src[k].begin(), src[k].end(), dst[k].begin())) << k;
+      EXPECT_EQ(dst[k][sizes[k]], 0xcc) << "wrote past message " << k;
+    }
+  }
+}
+
+TEST(NetFraming, StripeLayoutCoversMessage) {
+  for (int lanes : {1, 2, 3, 4, 16}) {
+    for (uint64_t len : {0ull, 1ull, 524287ull, 524288ull, 3000001ull, 5ull << 30}) {
+      int n = stripeCount(len, lanes);
+      ASSERT_GE(n, 1);
+      ASSERT_LE(n, lanes);
+      uint64_t next = 0;
+      for (int l = 0; l < n; l++) {
+        uint64_t off, size;
+        stripeOf(len, n, l, &off, &size);
+        EXPECT_EQ(off, next);
+        next = off + size;
+      }
+      EXPECT_EQ(next, len);
+    }
+  }
+}
+
+// Hand-made headers injected into the wire.
+void inject(Pair &p, const FrameHeader &h, size_t payload) {
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(&h);
+  p.ab[0]->q.insert(p.ab[0]->q.end(), b, b + sizeof h);
+  p.ab[0]->q.insert(p.ab[0]->q.end(), payload, 0x77);
+}
+
+flagcxResult_t recvOne(Pair &p, std::vector<uint8_t> &buf, uint64_t tag) {
+  int r;
+  flagcxResult_t rc = p.b->irecv(buf.data(), buf.size(), tag, &r);
+  if (rc != flagcxSuccess) return rc;
+  std::vector<size_t> bytes;
+  return drive(p, {{p.b.get(), r}}, &bytes);
+}
+
+TEST(NetFraming, HostileHeadersRejectedBeforeTouchingBuffer) {
+  struct Case {
+    const char *what;
+    FrameHeader h;
+    flagcxResult_t want;
+  } cases[] = {
+      {"bad magic", {0xdeadbeef, kFrameVersion, 0, 0, 1, 10}, flagcxRemoteError},
+      {"bad version", {kFrameMagic, 99, 0, 0, 1, 10}, flagcxRemoteError},
+      {"bad lane", {kFrameMagic, kFrameVersion, 3, 0, 1, 10}, flagcxRemoteError},
+      {"sequence gap", {kFrameMagic, kFrameVersion, 0, 5, 1, 10}, flagcxRemoteError},
+      {"huge length", {kFrameMagic, kFrameVersion, 0, 0, 1, ~0ull}, flagcxInvalidUsage},
+      {"wrong tag", {kFrameMagic, kFrameVersion, 0, 0, 2, 10}, flagcxInvalidUsage},
+  };
+  for (const auto &c : cases) {
+    Pair p = makePair(1);
+    inject(p, c.h, 10);
+    std::vector<uint8_t> buf(64, 0);
+    EXPECT_EQ(recvOne(p, buf, 1), c.want) << c.what;
+    EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t x) { return x == 0; })) << c.what;
+    int r;
+    EXPECT_NE(p.b->irecv(buf.data(), buf.size(), 1, &r), flagcxSuccess) << c.what << ": not sticky";
+  }
+}
+
+TEST(NetFraming, PeerClosedWithPendingReceive) {
+  Pair p = makePair(1);
+  std::vector<uint8_t> buf(64);
+  int r;
+  ASSERT_EQ(p.b->irecv(buf.data(), buf.size(), 1, &r), flagcxSuccess);
+  p.a.reset();  // closes a's side of every lane
+  bool done = false;
+  EXPECT_EQ(p.b->test(r, &done, nullptr), flagcxRemoteError);
+}
+
+TEST(NetFraming, RequestLimitAndBadHandles) {
+  Pair p = makePair(1);
+  char c;
+  int r;
+  std::vector<int> reqs;
+  for (int i = 0; i < Conn::kMaxPosted; i++) {
+    ASSERT_EQ(p.b->irecv(&c, 1, 0, &r), flagcxSuccess);
+    reqs.push_back(r);
+  }
+  EXPECT_EQ(p.b->irecv(&c, 1, 0, &r), flagcxInternalError);
+  EXPECT_EQ(p.b->test(-1, nullptr, nullptr), flagcxInvalidUsage);
+  EXPECT_EQ(p.b->test(reqs[0] + (1 << 8) * 5, nullptr, nullptr), flagcxInvalidUsage);
+  // Complete one and check its handle is released afterwards.
+  int s;
+  ASSERT_EQ(p.a->isend(&c, 1, 0, &s), flagcxSuccess);
+  std::vector<size_t> bytes;
+  ASSERT_EQ(drive(p, {{p.b.get(), reqs[0]}, {p.a.get(), s}}, &bytes), flagcxSuccess);
+  EXPECT_EQ(p.b->test(reqs[0], nullptr, nullptr), flagcxInvalidUsage);
+  EXPECT_EQ(p.b->irecv(&c, 1, 0, &r), flagcxSuccess);  // a slot is free again
+}
+
+}  // namespace

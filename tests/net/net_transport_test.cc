@@ -1,0 +1,513 @@
+// Multi-process tests of the shm and socket transports: real processes, a
+// real bootstrap, real signals.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/bootstrap.h"
+#include "core/socket.h"
+#include "net/net.h"
+#include "net/socket/socket_transport.h"
+#include "tests/net/rank_harness.h"
+
+using namespace nettest;
+using flagcx::Conn;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool fullSuite() {
+  const char *v = getenv("NETTEST_FULL");
+  return v && *v == '1';
+}
+
+std::vector<size_t> testSizes() {
+  std::vector<size_t> s = {0, 1, 4095, (1u << 20) + 3};
+  if (fullSuite()) s.push_back(64u << 20);
+  return s;
+}
+
+uint8_t pattern(int src, int dst, int k, size_t i) {
+  return static_cast<uint8_t>(src * 131 + dst * 31 + k * 7 + i * 13 + (i >> 12));
+}
+void fill(std::vector<uint8_t> &b, int src, int dst, int k) {
+  for (size_t i = 0; i < b.size(); i++) b[i] = pattern(src, dst, k, i);
+}
+size_t firstBad(const std::vector<uint8_t> &b, size_t n, int src, int dst, int k) {
+  for (size_t i = 0; i < n; i++)
+    if (b[i] != pattern(src, dst, k, i)) return i;
+  return SIZE_MAX;
+}
+
+// Transport variants: name, lanes (socket connections per Conn).
+struct Variant {
+  const char *name;
+  const char *transport;
+  int lanes;
+};
+const Variant kVariants[] = {{"shm", "shm", 1}, {"socket", "socket", 1}, {"socket3", "socket", 3}};
+
+RunOptions optsFor(const Variant &v) {
+  RunOptions o;
+  o.env.push_back({"FLAGCX_NSOCKS_PERTHREAD", std::to_string(v.lanes)});
+  o.env.push_back({"FLAGCX_SOCKET_NTHREADS", "1"});
+  o.env.push_back({"FLAGCX_TIMEOUT", "20"});
+  return o;
+}
+
+// A rank's set-up: bootstrap plus nch Conns to every other rank.
+struct RankNet {
+  std::unique_ptr<flagcx::Bootstrap> bs;
+  std::unique_ptr<flagcx::Transport> tr;
+  std::vector<int> peers;
+  std::vector<std::unique_ptr<Conn>> conns;
+  int nch = 1;
+  Conn *to(int peer, int ch = 0) {
+    size_t i = std::find(peers.begin(), peers.end(), peer) - peers.begin();
+    return conns[i * static_cast<size_t>(nch) + static_cast<size_t>(ch)].get();
+  }
+};
+
+bool setup(RankNet *s, const char *transport, int rank, int nranks, const flagcxUniqueId &id,
+           int nch = 1) {
+  s->bs = makeBootstrap(rank, nranks, id);
+  if (!s->bs) {
+    fprintf(stderr, "[rank %d] bootstrap failed\n", rank);
+    return false;
+  }
+  s->tr = makeTransport(transport);
+  s->nch = nch;
+  for (int r = 0; r < nranks; r++)
+    if (r != rank) s->peers.push_back(r);
+  if (s->tr->connectAll(*s->bs, s->peers, nch, &s->conns) != flagcxSuccess) {
+    fprintf(stderr, "[rank %d] connectAll(%s) failed\n", rank, transport);
+    return false;
+  }
+  if (s->conns.size() != s->peers.size() * static_cast<size_t>(nch)) {
+    fprintf(stderr, "[rank %d] connectAll returned %zu conns\n", rank, s->conns.size());
+    return false;
+  }
+  return true;
+}
+
+void expectAllPassed(const std::vector<RankOutcome> &out, const std::string &what) {
+  EXPECT_EQ(describeFailures(out), "") << what;
+  EXPECT_TRUE(leftoverShm(out).empty()) << what << ": segments left in /dev/shm";
+}
+
+// Exchange every size with each of `targets` (send to target, receive from
+// source), all posted before any wait, in a shuffled order.
+int exchange(RankNet &s, int rank, const std::vector<std::pair<int, int>> &sendRecvPeers) {
+  int failures = 0;
+  auto sizes = testSizes();
+  struct Buf {
+    std::vector<uint8_t> data;
+    int peer, k;
+    bool isSend;
+  };
+  std::vector<Buf> bufs;
+  for (auto [to, from] : sendRecvPeers) {
+    for (size_t k = 0; k < sizes.size(); k++) {
+      Buf sb{std::vector<uint8_t>(sizes[k]), to, static_cast<int>(k), true};
+      fill(sb.data, rank, to, static_cast<int>(k));
+      bufs.push_back(std::move(sb));
+      // Receive buffers one byte longer than the message: shorter is allowed.
+      bufs.push_back(Buf{std::vector<uint8_t>(sizes[k] + 1, 0xee), from, static_cast<int>(k), false});
+    }
+  }
+  // Shuffle the posting order, but keep each Conn's sends (and receives) in
+  // size order: the k-th send matches the k-th receive.
+  std::mt19937 rng(1234u + static_cast<unsigned>(rank));
+  std::vector<size_t> order(bufs.size());
+  for (size_t i = 0; i < order.size(); i++) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  // Within one (peer, direction) the k values must go out ascending; the
+  // shuffle only decides which stream posts next.
+  std::map<std::pair<int, bool>, std::vector<size_t>> groups;
+  for (size_t i = 0; i < bufs.size(); i++) groups[{bufs[i].peer, bufs[i].isSend}].push_back(i);
+  std::map<std::pair<int, bool>, size_t> next;
+  std::vector<size_t> seq;
+  for (size_t i : order) {
+    auto key = std::make_pair(bufs[i].peer, bufs[i].isSend);
+    seq.push_back(groups[key][next[key]++]);
+  }
+  std::vector<Pending> reqs;
+  for (size_t i : seq) {
+    Buf &b = bufs[i];
+    Conn *c = s.to(b.peer);
+    Pending p{c, -1};
+    flagcxResult_t rc = b.isSend ? c->isend(b.data.data(), b.data.size(), 100 + b.k, &p.req)
+                                 : c->irecv(b.data.data(), b.data.size(), 100 + b.k, &p.req);
+    NT_CHECK(rc == flagcxSuccess, "post %s peer %d k %d: %d", b.isSend ? "send" : "recv", b.peer,
+             b.k, rc);
+    reqs.push_back(p);
+  }
+  flagcxResult_t rc = waitAll(reqs, 60);
+  NT_CHECK(rc == flagcxSuccess, "waitAll: %d", rc);
+  for (size_t j = 0; j < seq.size(); j++) {
+    Buf &b = bufs[seq[j]];
+    size_t want = b.isSend ? b.data.size() : b.data.size() - 1;
+    NT_CHECK(reqs[j].bytes == want, "%s peer %d k %d: %zu bytes, expected %zu",
+             b.isSend ? "send" : "recv", b.peer, b.k, reqs[j].bytes, want);
+    if (!b.isSend) {
+      size_t bad = firstBad(b.data, want, b.peer, rank, b.k);
+      NT_CHECK(bad == SIZE_MAX, "recv from %d k %d: byte %zu wrong", b.peer, b.k, bad);
+      NT_CHECK(b.data[want] == 0xee, "recv from %d k %d wrote past the message", b.peer, b.k);
+    }
+  }
+  return failures;
+}
+
+class NetTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(NetTest, Ring) {
+  const Variant v = GetParam();
+  for (int n : {2, 3, 4}) {
+    auto out = runRanks(n, [&](int rank, int nranks, const flagcxUniqueId &id) {
+      RankNet s;
+      if (!setup(&s, v.transport, rank, nranks, id)) return 1;
+      int failures = exchange(s, rank, {{(rank + 1) % nranks, (rank + nranks - 1) % nranks}});
+      NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+      return failures;
+    }, optsFor(v));
+    expectAllPassed(out, std::string(v.name) + " ring n=" + std::to_string(n));
+  }
+}
+
+TEST_P(NetTest, AllPairs) {
+  const Variant v = GetParam();
+  for (int n : {3, 4}) {
+    auto out = runRanks(n, [&](int rank, int nranks, const flagcxUniqueId &id) {
+      RankNet s;
+      if (!setup(&s, v.transport, rank, nranks, id, 2)) return 1;
+      std::vector<std::pair<int, int>> pairs;
+      for (int p : s.peers) pairs.push_back({p, p});
+      int failures = exchange(s, rank, pairs);
+      NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+      return failures;
+    }, optsFor(v));
+    expectAllPassed(out, std::string(v.name) + " all-pairs n=" + std::to_string(n));
+  }
+}
+
+// Many requests in flight on one Conn, posted in random send/recv
+// interleavings and completed in random order; then the slot limit.
+TEST_P(NetTest, ManyPosted) {
+  const Variant v = GetParam();
+  auto out = runRanks(2, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    RankNet s;
+    if (!setup(&s, v.transport, rank, nranks, id)) return 1;
+    int failures = 0;
+    const int kMsgs = 120;
+    int peer = 1 - rank;
+    Conn *c = s.to(peer);
+    std::mt19937 rng(77);  // same sizes on both ranks
+    std::vector<size_t> sizes(kMsgs);
+    for (auto &z : sizes) z = rng() % 3 == 0 ? rng() % (600 * 1024) : rng() % 300;
+    std::vector<std::vector<uint8_t>> sb(kMsgs), rb(kMsgs);
+    std::vector<Pending> reqs;
+    std::mt19937 mix(static_cast<unsigned>(rank) * 7 + 1);
+    int ns = 0, nr = 0;
+    while (ns < kMsgs || nr < kMsgs) {
+      bool send = nr == kMsgs || (ns < kMsgs && mix() % 2 == 0);
+      Pending p{c, -1};
+      if (send) {
+        sb[ns].resize(sizes[ns]);
+        fill(sb[ns], rank, peer, ns);
+        NT_CHECK(c->isend(sb[ns].data(), sizes[ns], ns, &p.req) == flagcxSuccess, "isend %d", ns);
+        ns++;
+      } else {
+        rb[nr].assign(sizes[nr], 0);
+        NT_CHECK(c->irecv(rb[nr].data(), sizes[nr], nr, &p.req) == flagcxSuccess, "irecv %d", nr);
+        nr++;
+      }
+      reqs.push_back(p);
+    }
+    std::shuffle(reqs.begin(), reqs.end(), mix);
+    NT_CHECK(waitAll(reqs, 60) == flagcxSuccess, "waitAll");
+    for (int k = 0; k < kMsgs; k++)
+      NT_CHECK(firstBad(rb[k], sizes[k], peer, rank, k) == SIZE_MAX, "message %d corrupt", k);
+    NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+    // Slot limit: kMaxPosted receives fit, one more is refused.
+    if (rank == 0) {
+      char dummy[8];
+      int req;
+      for (int i = 0; i < Conn::kMaxPosted; i++)
+        NT_CHECK(c->irecv(dummy, sizeof dummy, 9999, &req) == flagcxSuccess, "irecv %d", i);
+      NT_CHECK(c->irecv(dummy, sizeof dummy, 9999, &req) == flagcxInternalError,
+               "request %d accepted", Conn::kMaxPosted + 1);
+      NT_CHECK(c->test(12345678, nullptr, nullptr) == flagcxInvalidUsage, "bogus handle");
+    }
+    NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  }, optsFor(v));
+  expectAllPassed(out, v.name);
+}
+
+// A message longer than the posted receive, and a tag mismatch, are
+// refused before any byte lands in the receive buffer.
+TEST_P(NetTest, HeaderChecks) {
+  const Variant v = GetParam();
+  auto out = runRanks(2, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    RankNet s;
+    if (!setup(&s, v.transport, rank, nranks, id, 2)) return 1;
+    int failures = 0;
+    std::vector<uint8_t> big(100, 0x5a);
+    if (rank == 0) {
+      std::vector<Pending> reqs(2, Pending{nullptr, -1});
+      reqs[0].conn = s.to(1, 0);
+      reqs[1].conn = s.to(1, 1);
+      NT_CHECK(reqs[0].conn->isend(big.data(), 100, 7, &reqs[0].req) == flagcxSuccess, "isend");
+      NT_CHECK(reqs[1].conn->isend(big.data(), 100, 8, &reqs[1].req) == flagcxSuccess, "isend");
+      NT_CHECK(waitAll(reqs, 20) == flagcxSuccess, "sends complete");
+    } else {
+      std::vector<uint8_t> small(50, 0), other(100, 0);
+      std::vector<Pending> r1{{s.to(0, 0), -1}}, r2{{s.to(0, 1), -1}};
+      NT_CHECK(r1[0].conn->irecv(small.data(), 50, 7, &r1[0].req) == flagcxSuccess, "irecv");
+      NT_CHECK(r2[0].conn->irecv(other.data(), 100, 9, &r2[0].req) == flagcxSuccess, "irecv");
+      NT_CHECK(waitAll(r1, 20) == flagcxInvalidUsage, "too-long message: %d", r1[0].rc);
+      NT_CHECK(waitAll(r2, 20) == flagcxInvalidUsage, "tag mismatch: %d", r2[0].rc);
+      NT_CHECK(std::all_of(small.begin(), small.end(), [](uint8_t b) { return b == 0; }),
+               "too-long message touched the buffer");
+      NT_CHECK(std::all_of(other.begin(), other.end(), [](uint8_t b) { return b == 0; }),
+               "mismatched message touched the buffer");
+      // The Conn stays failed.
+      int req;
+      NT_CHECK(r1[0].conn->irecv(small.data(), 50, 7, &req) == flagcxInvalidUsage, "sticky error");
+    }
+    NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  }, optsFor(v));
+  expectAllPassed(out, v.name);
+}
+
+// One rank dies with SIGKILL in the middle of a large transfer; the other
+// must get an error, not hang.  `victim`: 1 = the receiver dies, 0 = the sender.
+void killTest(const Variant &v, bool receiverDies) {
+  const size_t kBig = 512u << 20;
+  RunOptions o = optsFor(v);
+  for (auto &kv : o.env)
+    if (kv.first == "FLAGCX_TIMEOUT") kv.second = "5";
+  auto out = runRanks(2, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    RankNet s;
+    if (!setup(&s, v.transport, rank, nranks, id)) return 1;
+    int failures = 0;
+    std::vector<uint8_t> buf(kBig, 1);
+    bool sender = rank == 0;
+    bool victim = receiverDies ? !sender : sender;
+    Conn *c = s.to(1 - rank);
+    if (s.bs->barrier() != flagcxSuccess) return 1;
+    if (victim) {
+      int req;
+      if (sender) c->isend(buf.data(), kBig, 1, &req);
+      else c->irecv(buf.data(), kBig, 1, &req);
+      auto until = Clock::now() + std::chrono::milliseconds(30);
+      while (Clock::now() < until) c->progress();
+      raise(SIGKILL);
+    }
+    auto t0 = Clock::now();
+    flagcxResult_t rc = flagcxSuccess;
+    for (int round = 0; round < 4 && rc == flagcxSuccess; round++) {
+      std::vector<Pending> r{{c, -1}};
+      if (sender) c->isend(buf.data(), kBig, 1, &r[0].req);
+      else c->irecv(buf.data(), kBig, 1, &r[0].req);
+      rc = waitAll(r, 15);
+    }
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    NT_CHECK(rc == flagcxRemoteError, "survivor got %d, expected flagcxRemoteError", rc);
+    NT_CHECK(secs < 7, "detection took %.2f s", secs);
+    printf("[%s] %s died: survivor saw error %d after %.3f s\n", v.name,
+           receiverDies ? "receiver" : "sender", rc, secs);
+    return failures;
+  }, o);
+  std::string what = std::string(v.name) + (receiverDies ? " receiver killed" : " sender killed");
+  int victim = receiverDies ? 1 : 0;
+  EXPECT_EQ(out[static_cast<size_t>(victim)].signal, SIGKILL) << what;
+  EXPECT_TRUE(out[static_cast<size_t>(1 - victim)].exited &&
+              out[static_cast<size_t>(1 - victim)].code == 0)
+      << what << ": " << describeFailures(out);
+  EXPECT_TRUE(leftoverShm(out).empty()) << what;
+}
+
+TEST_P(NetTest, PeerKilledReceiving) { killTest(GetParam(), true); }
+TEST_P(NetTest, PeerKilledSending) { killTest(GetParam(), false); }
+
+// A peer that stops (SIGSTOP) mid-transfer is alive but silent: the
+// survivor must fail after FLAGCX_TIMEOUT (3 s here), then reaps it.
+TEST_P(NetTest, PeerStoppedTimesOut) {
+  const Variant v = GetParam();
+  RunOptions o = optsFor(v);
+  for (auto &kv : o.env)
+    if (kv.first == "FLAGCX_TIMEOUT") kv.second = "3";
+  auto out = runRanks(2, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    RankNet s;
+    if (!setup(&s, v.transport, rank, nranks, id)) return 1;
+    int failures = 0;
+    const size_t kBig = 64u << 20;
+    std::vector<uint8_t> buf(kBig, 2);
+    Conn *c = s.to(1 - rank);
+    if (s.bs->barrier() != flagcxSuccess) return 1;
+    if (rank == 1) {
+      int req;
+      c->irecv(buf.data(), kBig, 1, &req);
+      for (int i = 0; i < 20; i++) c->progress();
+      raise(SIGSTOP);
+      return 1;  // not reached: rank 0 kills us
+    }
+    auto t0 = Clock::now();
+    std::vector<Pending> r{{c, -1}};
+    c->isend(buf.data(), kBig, 1, &r[0].req);
+    flagcxResult_t rc = waitAll(r, 15);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    kill(s.bs->peers()[1].pid, SIGKILL);
+    NT_CHECK(rc == flagcxRemoteError, "survivor got %d, expected flagcxRemoteError", rc);
+    NT_CHECK(secs > 2.5 && secs < 6, "timeout after %.2f s, FLAGCX_TIMEOUT=3", secs);
+    printf("[%s] stopped peer: survivor saw error %d after %.3f s\n", v.name, rc, secs);
+    return failures;
+  }, o);
+  EXPECT_EQ(out[1].signal, SIGKILL) << v.name;
+  EXPECT_TRUE(out[0].exited && out[0].code == 0) << v.name << ": " << describeFailures(out);
+  EXPECT_TRUE(leftoverShm(out).empty()) << v.name;
+}
+
+// 2-process ping-pong, printed (never asserted).
+TEST_P(NetTest, PingPongThroughput) {
+  const Variant v = GetParam();
+  auto out = runRanks(2, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    RankNet s;
+    if (!setup(&s, v.transport, rank, nranks, id)) return 1;
+    int failures = 0;
+    Conn *c = s.to(1 - rank);
+    for (size_t bytes : {size_t{8}, size_t{64} << 20}) {
+      std::vector<uint8_t> buf(bytes, static_cast<uint8_t>(rank));
+      int iters = bytes > 1024 ? 10 : 2000;
+      auto once = [&]() {
+        std::vector<Pending> r{{c, -1}};
+        if (rank == 0) {
+          c->isend(buf.data(), bytes, 5, &r[0].req);
+          failures += waitAll(r, 30) != flagcxSuccess;
+          r[0] = Pending{c, -1};
+          c->irecv(buf.data(), bytes, 6, &r[0].req);
+          failures += waitAll(r, 30) != flagcxSuccess;
+        } else {
+          c->irecv(buf.data(), bytes, 5, &r[0].req);
+          failures += waitAll(r, 30) != flagcxSuccess;
+          r[0] = Pending{c, -1};
+          c->isend(buf.data(), bytes, 6, &r[0].req);
+          failures += waitAll(r, 30) != flagcxSuccess;
+        }
+      };
+      once();  // warm up
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters && failures == 0; i++) once();
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rank == 0) {
+        if (bytes > 1024)
+          printf("[%s] ping-pong %zu MiB: %.2f GB/s (one direction at a time)\n", v.name,
+                 bytes >> 20, 2.0 * iters * static_cast<double>(bytes) / secs / 1e9);
+        else
+          printf("[%s] ping-pong %zu B: %.2f us round trip\n", v.name, bytes, secs / iters * 1e6);
+      }
+    }
+    NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  }, optsFor(v));
+  expectAllPassed(out, v.name);
+}
+
+// A rank killed in the middle of shm set-up (its segment created, the peer
+// never answering) leaves a name in /dev/shm; the next set-up removes it.
+TEST(NetShm, OrphanSegmentRemovedBySetUp) {
+  auto out = runRanks(2, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    int failures = 0;
+    auto bs = makeBootstrap(rank, nranks, id);
+    if (!bs) return 1;
+    if (rank == 0) {  // waits for rank 1's ring name, which never comes
+      std::vector<std::unique_ptr<Conn>> conns;
+      flagcx::makeShmTransport()->connectAll(*bs, {1}, 1, &conns);
+      return 1;
+    }
+    pid_t victim = bs->peers()[0].pid;
+    std::string prefix = "/dev/shm/flagcx-shm-" + std::to_string(victim) + "-1-";
+    auto exists = [&] {
+      for (const auto &n : leftoverShmNames())
+        if (("/dev/shm/" + n).rfind(prefix, 0) == 0) return true;
+      return false;
+    };
+    for (int i = 0; i < 200 && !exists(); i++) usleep(10000);
+    NT_CHECK(exists(), "rank 0 never created its segment");
+    kill(victim, SIGKILL);
+    usleep(200000);
+    std::vector<std::unique_ptr<Conn>> conns;
+    NT_CHECK(flagcx::makeShmTransport()->connectAll(*bs, {}, 1, &conns) == flagcxSuccess,
+             "empty set-up");
+    NT_CHECK(!exists(), "the orphan is still in /dev/shm");
+    return failures;
+  });
+  EXPECT_EQ(out[0].signal, SIGKILL);
+  EXPECT_TRUE(out[1].exited && out[1].code == 0) << describeFailures(out);
+  EXPECT_TRUE(leftoverShm(out).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, NetTest, ::testing::ValuesIn(kVariants),
+                         [](const ::testing::TestParamInfo<Variant> &i) {
+                           return std::string(i.param.name);
+                         });
+
+// Foreign clients (garbage, a wrong secret, silence) aimed at a rank's data
+// listener are rejected while the real connections complete.
+TEST(NetSocket, ForeignClientsRejected) {
+  auto out = runRanks(3, [&](int rank, int nranks, const flagcxUniqueId &id) {
+    int failures = 0;
+    std::thread intruder;
+    std::atomic<int> rejected{0};
+    if (rank == 2) {  // the highest rank only accepts
+      flagcx::socketTransportSetListenHook([&](const flagcx::SockAddr &a) {
+        // Connect now, while the listener is surely open (the kernel
+        // completes the connections into its backlog); talk from a thread.
+        auto dl = flagcx::Clock::now() + std::chrono::seconds(10);
+        std::array<int, 3> fds;
+        for (int &fd : fds)
+          if (flagcx::connectTo(a, dl, &fd) != flagcxSuccess) fd = -1;
+        // 1: garbage
+        char junk[100];
+        memset(junk, 0xa5, sizeof junk);
+        if (fds[0] >= 0) send(fds[0], junk, sizeof junk, MSG_NOSIGNAL);
+        intruder = std::thread([fds, dl, &rejected] {
+          // 2: a plausible hello, then a proof made with the wrong secret
+          if (fds[1] >= 0) {
+            flagcx::Secret wrong{};
+            flagcx::Hello h{flagcx::kHelloMagic, 3, 0, 0, 3};
+            if (flagcx::clientHandshake(fds[1], wrong, h, dl) != flagcxSuccess) rejected++;
+          }
+          // 3: silence for a while (must not delay the real connections)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          for (int fd : fds)
+            if (fd >= 0) close(fd);
+        });
+      });
+    }
+    RankNet s;
+    if (!setup(&s, "socket", rank, nranks, id)) failures++;
+    else failures += exchange(s, rank, {{(rank + 1) % nranks, (rank + nranks - 1) % nranks}});
+    if (intruder.joinable()) intruder.join();
+    if (rank == 2) NT_CHECK(rejected == 1, "the wrong-secret client was not rejected");
+    if (s.bs) NT_CHECK(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  });
+  EXPECT_EQ(describeFailures(out), "");
+}
+
+}  // namespace
