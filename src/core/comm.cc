@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/params.h"
+#include "adapters/ccl/ccl.h"
 #include "core/enqueue.h"
 #include "sched/algo_set.h"
 
@@ -133,6 +134,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
             std::move(conns[i * static_cast<size_t>(comm->nchannels) + static_cast<size_t>(c)]);
   }
   FLAGCX_CHECK(AlgoSet::create(rank, nranks, comm->localRanks, &comm->algos));
+  FLAGCX_CHECK(makeVendorCcl(comm.get(), &comm->ccl));
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
        "%zu shm peer(s), %zu socket peer(s), %d channel(s)", rank, nranks, dev->name(),
@@ -169,6 +171,11 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
       return res;
     }
     wait.idle();
+  }
+  if (comm->ccl) {
+    flagcxResult_t r = comm->ccl->destroy(abort);
+    if (res == flagcxSuccess) res = r;
+    comm->ccl.reset();
   }
   comm->magic = 0;
   freeJobs(comm);

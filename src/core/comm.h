@@ -17,6 +17,7 @@
 
 namespace flagcx {
 class AlgoSet;
+class CclAdapter;
 struct Job;
 struct Xfer;
 }
@@ -35,6 +36,7 @@ struct flagcxComm {
   // conns[peer * nchannels + ch]; empty for self.
   std::vector<std::unique_ptr<flagcx::Conn>> conns;
   std::unique_ptr<flagcx::AlgoSet> algos;
+  std::unique_ptr<flagcx::CclAdapter> ccl;  // vendor pass-through, when homogeneous
 
   // Stream-enqueued work runs in issue order across all streams: an
   // operation takes a ticket when enqueued and runs when its turn comes.

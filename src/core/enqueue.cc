@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "adapters/ccl/ccl.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "sched/algo_set.h"
@@ -385,12 +386,14 @@ Job *groupJob(flagcxComm *comm, flagcxStream_t stream) {
 int groupDepth() { return t_group.depth; }
 
 flagcxResult_t groupStart() {
+  if (t_group.depth == 0) vendorGroupStart();
   t_group.depth++;
   return flagcxSuccess;
 }
 
 flagcxResult_t groupEnd() {
   if (--t_group.depth > 0) return flagcxSuccess;
+  vendorGroupEnd();
   flagcxResult_t res = t_group.deferred;
   t_group.deferred = flagcxSuccess;
   for (Job *j : t_group.jobs) {
@@ -407,6 +410,11 @@ flagcxResult_t groupEnd() {
 
 flagcxResult_t enqueueP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
                           flagcxStream_t stream) {
+  if (comm->ccl) {
+    // The vendor library moves bytes; the dtype was only needed for the size.
+    return isSend ? comm->ccl->send(buf, bytes, flagcxUint8, peer, stream)
+                  : comm->ccl->recv(buf, bytes, flagcxUint8, peer, stream);
+  }
   bool implicit = t_group.depth == 0;
   if (implicit) groupStart();
   Job *j = groupJob(comm, stream);
@@ -420,6 +428,7 @@ flagcxResult_t enqueueP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes
 }
 
 flagcxResult_t enqueueColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream) {
+  if (comm->ccl) return comm->ccl->coll(args, stream);
   bool implicit = t_group.depth == 0;
   if (implicit) groupStart();
   Job *j = groupJob(comm, stream);

@@ -1,0 +1,35 @@
+// Whole-collective back ends.  On a homogeneous communicator whose devices
+// have a vendor library (NCCL on CUDA), every operation passes straight to it;
+// otherwise (or with FLAGCX_USE_HETERO_COMM=1) the flagcx engine runs it.
+#pragma once
+#include <memory>
+
+#include "core/enqueue.h"
+#include "flagcx.h"
+
+namespace flagcx {
+
+class CclAdapter {
+ public:
+  virtual ~CclAdapter() = default;
+  virtual const char *name() const = 0;
+  // All collectives of CollArgs (barrier included); stream-ordered.
+  virtual flagcxResult_t coll(const CollArgs &a, flagcxStream_t stream) = 0;
+  virtual flagcxResult_t send(const void *buf, size_t count, flagcxDataType_t dt, int peer,
+                              flagcxStream_t stream) = 0;
+  virtual flagcxResult_t recv(void *buf, size_t count, flagcxDataType_t dt, int peer,
+                              flagcxStream_t stream) = 0;
+  // Must not block: called from flagcxCommDestroy/Abort.
+  virtual flagcxResult_t destroy(bool abort) = 0;
+};
+
+// Create the vendor pass-through for `comm` when it applies (homogeneous,
+// vendor library loadable, FLAGCX_USE_HETERO_COMM unset).  *out stays null
+// when it does not apply; an error is returned only when it applies but fails.
+// Collective over the communicator (uses comm->bs).
+flagcxResult_t makeVendorCcl(flagcxComm *comm, std::unique_ptr<CclAdapter> *out);
+// Thread-wide group brackets for the vendor library (no-ops when none is loaded).
+void vendorGroupStart();
+void vendorGroupEnd();
+
+}  // namespace flagcx
