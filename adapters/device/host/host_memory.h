@@ -1,0 +1,30 @@
+// Memory and IPC handles of the host device adapter.
+#pragma once
+#include <cstddef>
+
+#include "flagcx.h"
+
+namespace flagcx::host {
+
+// Allocations of at least kShareableMin bytes, and all flagcxMemDevice /
+// flagcxMemManaged allocations, are memfd mappings so that a sibling process
+// can map them (ipcMemOpen); each keeps one file descriptor open until freed.
+// Smaller flagcxMemHost buffers come from the heap.  flagcxMemHost memory is
+// page-locked with mlock where RLIMIT_MEMLOCK allows it.  Every buffer is at
+// least 64-byte aligned.
+constexpr size_t kShareableMin = 64 * 1024;
+
+flagcxResult_t memAlloc(void **ptr, size_t size, flagcxMemType_t type);
+flagcxResult_t memFree(void *ptr);
+// Whether ptr was returned by memAlloc and is not freed yet (tests, checks).
+bool memIsOurs(const void *ptr);
+// Whether the page-locking of the buffer at ptr succeeded.
+bool memIsLocked(const void *ptr);
+
+flagcxResult_t ipcCreate(flagcxIpcMemHandle_t *handle, size_t *size);
+flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr);
+flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr);
+flagcxResult_t ipcClose(void *devPtr);
+flagcxResult_t ipcFree(flagcxIpcMemHandle_t handle);
+
+}  // namespace flagcx::host

@@ -1,0 +1,58 @@
+// hostReduce / hostDivide: argument checks, then the fastest kernel variant
+// the running CPU supports (AVX2 on x86-64 when present, else the baseline).
+#include "adapters/device/adapter.h"
+#include "core/log.h"
+#include "host_reduce_kernels.h"
+
+namespace flagcx {
+namespace {
+
+using namespace reduce_kernels;
+
+struct Kernels {
+  ReduceFn reduce;
+  DivideFn divide;
+};
+
+Kernels pickKernels() {
+#if defined(FLAGCX_HAVE_AVX2_KERNELS) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) return {avx2::reduce, avx2::divide};
+#endif
+  return {generic::reduce, generic::divide};
+}
+
+const Kernels &kernels() {
+  static const Kernels k = pickKernels();
+  return k;
+}
+
+}  // namespace
+
+flagcxResult_t hostReduce(void *dst, const void *a, const void *b, size_t count,
+                          flagcxDataType_t dtype, flagcxRedOp_t op) {
+  if (static_cast<unsigned>(dtype) >= flagcxNumTypes)
+    return argError(flagcxInvalidArgument, kColl, "reduce: invalid datatype %d", static_cast<int>(dtype));
+  if (op == flagcxAvg) op = flagcxSum;  // the caller divides at the end (hostDivide)
+  if (op != flagcxSum && op != flagcxProd && op != flagcxMax && op != flagcxMin)
+    return argError(flagcxInvalidArgument, kColl, "reduce: invalid reduction op %d", static_cast<int>(op));
+  if (count == 0) return flagcxSuccess;
+  if (!dst || !a || !b)
+    return argError(flagcxInvalidArgument, kColl, "reduce: NULL buffer (dst=%p a=%p b=%p)", dst, a, b);
+  kernels().reduce(dst, a, b, count, dtype, op);
+  return flagcxSuccess;
+}
+
+flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
+                          uint64_t divisor) {
+  if (static_cast<unsigned>(dtype) >= flagcxNumTypes)
+    return argError(flagcxInvalidArgument, kColl, "divide: invalid datatype %d", static_cast<int>(dtype));
+  if (divisor == 0) return argError(flagcxInvalidArgument, kColl, "divide: divisor is 0");
+  if (count == 0) return flagcxSuccess;
+  if (!dst || !src)
+    return argError(flagcxInvalidArgument, kColl, "divide: NULL buffer (dst=%p src=%p)", dst, src);
+  kernels().divide(dst, src, count, dtype, divisor);
+  return flagcxSuccess;
+}
+
+}  // namespace flagcx

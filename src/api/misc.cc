@@ -1,0 +1,42 @@
+// Small library-wide queries: version, dtype sizes, result strings.
+#include "core/log.h"
+#include "flagcx.h"
+
+extern "C" size_t getFlagcxDataTypeSize(flagcxDataType_t dtype) {
+  switch (dtype) {
+    case flagcxInt8:
+    case flagcxUint8: return 1;
+    case flagcxFloat16:
+    case flagcxBfloat16: return 2;
+    case flagcxInt32:
+    case flagcxUint32:
+    case flagcxFloat32: return 4;
+    case flagcxInt64:
+    case flagcxUint64:
+    case flagcxFloat64: return 8;
+    default: return 0;  // invalid: callers treat 0 as "unknown datatype"
+  }
+}
+
+extern "C" flagcxResult_t flagcxGetVersion(int *version) {
+  if (!version)
+    return flagcx::argError(flagcxInvalidArgument, flagcx::kInit, "flagcxGetVersion: version is NULL");
+  *version = FLAGCX_VERSION_CODE;
+  return flagcxSuccess;
+}
+
+extern "C" const char *flagcxGetErrorString(flagcxResult_t result) {
+  switch (result) {
+    case flagcxSuccess: return "no error";
+    case flagcxUnhandledDeviceError: return "unhandled device error";
+    case flagcxSystemError: return "unhandled system error (network, memory, or OS call failed)";
+    case flagcxInternalError: return "internal error (a bug in flagcx)";
+    case flagcxInvalidArgument: return "invalid argument";
+    case flagcxInvalidUsage: return "invalid usage";
+    case flagcxRemoteError: return "remote process exited or there was a network error";
+    case flagcxInProgress: return "operation in progress";
+    case flagcxUnhandledCCLError: return "unhandled error from the vendor collective library";
+    case flagcxNotSupported: return "not supported";
+    default: return "unknown result";
+  }
+}
