@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "flagcx.h"
@@ -47,6 +48,10 @@ class Transport {
   virtual flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers,
                                     int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
 };
+
+// How a message tag reads in a log line ("allreduce #12 float32 count 1000
+// root 0", "send/recv"); defined by the executor, which makes the tags.
+std::string tagText(uint64_t tag);
 
 std::unique_ptr<Transport> makeShmTransport();
 std::unique_ptr<Transport> makeSocketTransport();

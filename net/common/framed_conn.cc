@@ -218,9 +218,9 @@ flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
   int slot = recvQ_.at(h.seq);
   Req &r = reqs_[slot];
   if (h.tag != r.tag) {
-    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: message #%" PRIu64 " has tag 0x%" PRIx64 " (%" PRIu64 " bytes) but the posted receive expects tag 0x%" PRIx64 " (up to %" PRIu64 " bytes)",
-         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, h.seq, h.tag, h.length,
-         r.tag, r.size);
+    WARN(kNet, "mismatched calls: rank %d (%s) sent %s (message #%" PRIu64 ", %" PRIu64 " bytes) but rank %d posted %s (up to %" PRIu64 " bytes) [%s channel %d]",
+         desc_.peer, desc_.host.c_str(), tagText(h.tag).c_str(), h.seq, h.length, desc_.self,
+         tagText(r.tag).c_str(), r.size, kind_, desc_.channel);
     return fail(flagcxInvalidUsage);
   }
   if (h.length > r.size) {

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -77,6 +78,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   int64_t nch = paramInt(Param::NCHANNELS);
   comm->nchannels = static_cast<int>(nch < 1 ? 1 : nch > 16 ? 16 : nch);
   logSetRank(rank);
+  comm->flight.init(rank, nranks, static_cast<size_t>(std::max<int64_t>(1, paramInt(Param::FLIGHT_RECORDER_SIZE))));
 
   PeerInfo self;
   std::string hostName;

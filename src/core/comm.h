@@ -12,6 +12,7 @@
 
 #include "adapters/device/adapter.h"
 #include "core/bootstrap.h"
+#include "core/flight.h"
 #include "flagcx.h"
 #include "net/net.h"
 
@@ -47,6 +48,7 @@ struct flagcxComm {
   std::atomic<int> inFlight{0};  // enqueued operations not yet finished
   std::mutex mu;
   std::string lastError;
+  flagcx::FlightRecorder flight;
   uint64_t collSeq = 0;  // collectives issued (same sequence on every rank)
   std::vector<flagcx::Job *> freeJobs;  // recycled stream work (under mu)
 

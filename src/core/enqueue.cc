@@ -21,6 +21,22 @@ namespace {
 
 constexpr uint64_t kP2PTag = 0x5032500000000000ull;
 
+// A collective's tag names the call, so that mismatched calls are caught on
+// the first message and both sides can be named: 0xC | seq:20 | op:4 |
+// dtype:4 | root:12 | count:20 (low bits).
+constexpr uint64_t kCollMark = 0xCull << 60;
+uint64_t collTag(uint64_t seq, OpKind op, flagcxDataType_t dt, int root, size_t count) {
+  return kCollMark | ((seq & 0xFFFFF) << 40) | (static_cast<uint64_t>(op) << 36) |
+         (static_cast<uint64_t>(dt) << 32) | ((static_cast<uint64_t>(root) & 0xFFF) << 20) |
+         (count & 0xFFFFF);
+}
+
+const char *dtypeName(int dt) {
+  static const char *names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                "float16", "float32", "float64", "bfloat16"};
+  return dt >= 0 && dt < flagcxNumTypes ? names[dt] : "?";
+}
+
 struct GroupState {
   int depth = 0;
   std::vector<Job *> jobs;
@@ -92,9 +108,10 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
       size_t got = 0;
       flagcxResult_t r = x.conn->test(x.req, &done, &got);
       if (r != flagcxSuccess) {
+        std::string cause = lastErrorText();  // the transport's own line
         WARN(kColl, "rank %d: %s: %s of %zu bytes %s rank %d (%s) failed: %s", comm->rank, what,
              x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
-             comm->bs->peers()[static_cast<size_t>(x.peer)].host, flagcxGetErrorString(r));
+             comm->bs->peers()[static_cast<size_t>(x.peer)].host, cause.c_str());
         return r;
       }
       if (!done) continue;
@@ -222,6 +239,9 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   }
   const RankSchedule &rs = s->ranks[0];
   int N = s->chunks;
+  FlightEntry *fe = comm->flight.begin(ci.seq, opName(a.op), s->algo.c_str(), selectBytes,
+                                       a.dtype, opIsRooted(a.op) ? a.root : -1);
+  ci.flight = fe;
   bool rooted = opIsRooted(a.op);
   bool isRoot = !rooted || comm->rank == a.root;
   size_t full = (a.op == OpKind::AllReduce || a.op == OpKind::Reduce ||
@@ -273,7 +293,8 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   };
   size_t slice = static_cast<size_t>(std::max<int64_t>(paramInt(Param::NET_CHUNK_SIZE), 4096));
   slice -= slice % ts;
-  uint64_t tag = (ci.seq << 8) | static_cast<uint64_t>(a.op);
+  uint64_t tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
+                         a.op == OpKind::AlltoAllv ? 0 : a.count);
   char what[96];
   snprintf(what, sizeof(what), "%s/%s #%llu", opName(a.op), s->algo.c_str(),
            static_cast<unsigned long long>(ci.seq));
@@ -281,6 +302,7 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   size_t i = 0;
   while (i < rs.steps.size()) {
     int stage = rs.steps[i].stage;
+    comm->flight.stage(fe, stage);
     size_t end = i;
     while (end < rs.steps.size() && rs.steps[end].stage == stage) end++;
     // Local steps of a stage first, then its messages.
@@ -356,9 +378,18 @@ flagcxResult_t runJob(void *arg) {
   flagcxResult_t res = commWaitTurn(comm, j->ticket);
   for (auto &c : j->colls) {
     if (res != flagcxSuccess) break;
+    c.flight = nullptr;
     res = runColl(comm, c);
+    comm->flight.end(c.flight, res == flagcxSuccess);
   }
-  if (res == flagcxSuccess && !j->p2p.empty()) res = runP2P(comm, j->p2p);
+  if (res == flagcxSuccess && !j->p2p.empty()) {
+    size_t bytes = 0;
+    for (auto &p : j->p2p) bytes += p.bytes;
+    FlightEntry *fe = comm->flight.begin(j->ticket, "p2p", "-", bytes, -1, -1);
+    res = runP2P(comm, j->p2p);
+    comm->flight.end(fe, res == flagcxSuccess);
+  }
+  if (res != flagcxSuccess) comm->flight.dump(flagcxGetErrorString(res));
   commFinishTurn(comm, j->ticket, res);
   returnJob(j);
   comm->inFlight.fetch_sub(1);
@@ -382,6 +413,24 @@ Job *groupJob(flagcxComm *comm, flagcxStream_t stream) {
 }
 
 }  // namespace
+
+std::string tagText(uint64_t tag) {
+  if (tag == kP2PTag) return "send/recv";
+  if ((tag >> 60) != 0xC) {
+    char b[40];
+    snprintf(b, sizeof(b), "tag 0x%llx", static_cast<unsigned long long>(tag));
+    return b;
+  }
+  unsigned op = (tag >> 36) & 0xF;
+  char b[160];
+  snprintf(b, sizeof(b), "%s #%llu (%s, count%s %llu, root %llu)",
+           op < static_cast<unsigned>(OpKind::Count) ? opName(static_cast<OpKind>(op)) : "?",
+           static_cast<unsigned long long>((tag >> 40) & 0xFFFFF),
+           dtypeName(static_cast<int>((tag >> 32) & 0xF)), "", 
+           static_cast<unsigned long long>(tag & 0xFFFFF),
+           static_cast<unsigned long long>((tag >> 20) & 0xFFF));
+  return b;
+}
 
 int groupDepth() { return t_group.depth; }
 

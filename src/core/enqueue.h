@@ -32,6 +32,7 @@ struct CollItem {
   CollArgs a;
   uint64_t seq;
   std::vector<size_t> v;  // alltoallv counts/displacements, copied at call time
+  struct FlightEntry *flight = nullptr;
 };
 
 struct Job {

@@ -1,11 +1,14 @@
 // flagcx-info: what this build and machine offer, and every FLAGCX_* variable.
 //   flagcx-info            version, device adapter, network interface
 //   flagcx-info --env      name, current value, default and doc of each variable
+//   flagcx-info --compare-dumps FILES...   which rank diverged or stopped first
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "adapters/device/adapter.h"
+#include "core/flight.h"
 #include "core/params.h"
 #include "core/socket.h"
 #include "flagcx.h"
@@ -45,12 +48,18 @@ int main(int argc, char **argv) {
     printEnv();
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--compare-dumps") == 0) {
+    std::vector<std::string> files(argv + 2, argv + argc);
+    bool ok = false;
+    printf("%s", compareFlightDumps(files, &ok).c_str());
+    return ok ? 0 : 2;
+  }
   if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-    printf("usage: flagcx-info [--env]\n");
+    printf("usage: flagcx-info [--env | --compare-dumps FILES...]\n");
     return 0;
   }
   if (argc > 1) {
-    fprintf(stderr, "flagcx-info: unknown argument %s\nusage: flagcx-info [--env]\n", argv[1]);
+    fprintf(stderr, "flagcx-info: unknown argument %s\nusage: flagcx-info [--env | --compare-dumps FILES...]\n", argv[1]);
     return 2;
   }
   printInfo();
