@@ -40,6 +40,7 @@ FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_
   nfree_ = kMaxPosted;
   timeoutSec_ = paramInt(Param::TIMEOUT);
   if (timeoutSec_ <= 0) timeoutSec_ = 600;
+  canPull_ = lanes_.size() == 1 && lanes_[0].pipe->canPull();
 }
 
 FramedConn::~FramedConn() = default;
@@ -92,10 +93,15 @@ flagcxResult_t FramedConn::post(Kind kind, void *buf, size_t bytes, uint64_t tag
   r.tag = tag;
   Queue &q = kind == Kind::Send ? sendQ_ : recvQ_;
   r.seq = q.nextSeq++;
+  r.pull = false;
   if (kind == Kind::Send) {
     r.length = bytes;
     r.stripes = stripeCount(bytes, static_cast<int>(lanes_.size()));
     r.stripesLeft = r.stripes;
+    if (canPull_ && bytes >= kPullThreshold) {
+      r.pull = true;
+      r.addr = reinterpret_cast<uint64_t>(buf);
+    }
   } else {
     r.length = 0;
     r.stripes = 0;
@@ -148,11 +154,11 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
       Req &r = reqs_[slot];
       uint64_t off, len;
       stripeOf(r.length, r.stripes, li, &off, &len);
-      l.sHdr = FrameHeader{kFrameMagic, kFrameVersion, static_cast<uint16_t>(li), r.seq, r.tag,
-                           r.length};
+      l.sHdr = FrameHeader{kFrameMagic, r.pull ? kFrameVersionPull : kFrameVersion,
+                           static_cast<uint16_t>(li), r.seq, r.tag, r.length};
       l.sHdrDone = 0;
-      l.sData = r.buf + off;
-      l.sLen = len;
+      l.sData = r.pull ? reinterpret_cast<const char *>(&r.addr) : r.buf + off;
+      l.sLen = r.pull ? sizeof(r.addr) : len;
       l.sDone = 0;
       l.sSlot = slot;
       l.sActive = true;
@@ -189,9 +195,13 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
     if (l.sHdrDone == sizeof(FrameHeader) && l.sDone == l.sLen) {
       Req &r = reqs_[l.sSlot];
       if (--r.stripesLeft == 0) {
-        r.done = true;
-        pending_--;
-        popDone(sendQ_);
+        if (r.pull) {  // done when the peer has pulled it
+          pullSlots_[(pullHead_ + pullCount_++) % kMaxPosted] = l.sSlot;
+        } else {
+          r.done = true;
+          pending_--;
+          popDone(sendQ_);
+        }
       }
       l.sActive = false;
       l.sSeq++;
@@ -201,7 +211,8 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
 
 flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
   const FrameHeader &h = l.rHdr;
-  if (h.magic != kFrameMagic || h.version != kFrameVersion || h.lane != li) {
+  bool pullFrame = h.version == kFrameVersionPull && lanes_.size() == 1;
+  if (h.magic != kFrameMagic || (h.version != kFrameVersion && !pullFrame) || h.lane != li) {
     WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: malformed frame header (magic 0x%x version %u lane %u)",
          kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.magic, h.version,
          h.lane);
@@ -246,6 +257,7 @@ flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
   l.rData = r.buf + off;
   l.rLen = len;
   l.rDone = 0;
+  l.rPull = pullFrame;
   l.rAny = true;
   l.rLastSeq = h.seq;
   return flagcxSuccess;
@@ -266,6 +278,7 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
         if (closed) {
           l.closed = true;
           peerClosed_ = true;
+          collectPullAcks(moved);  // it may have acknowledged just before leaving
           if (pending_ > 0 || l.rHdrGot > 0) {
             WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d lane %d: peer closed the connection with %d request(s) pending",
                  kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, pending_);
@@ -274,6 +287,25 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
         }
         return flagcxSuccess;
       }
+      if (l.rHdr.version == kFrameVersionPull) {
+        while (l.rAddrGot < sizeof(l.rAddr)) {
+          flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rAddr) + l.rAddrGot,
+                                            sizeof(l.rAddr) - l.rAddrGot, &got, &closed);
+          if (rc2 != flagcxSuccess) return fail(rc2);
+          if (got == 0) {
+            if (closed) {
+              l.closed = true;
+              peerClosed_ = true;
+              WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: peer closed the connection inside a frame header",
+                   kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel);
+              return fail(flagcxRemoteError);
+            }
+            return flagcxSuccess;
+          }
+          *moved = true;
+          l.rAddrGot += got;
+        }
+      }
       l.rHdrReady = true;
       l.rSlot = -1;
     }
@@ -281,7 +313,18 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
       FLAGCX_CHECK(takeHeader(l, li));
       if (l.rSlot < 0) return flagcxSuccess;  // wait for the receive to be posted
     }
-    if (l.rDone < l.rLen) {
+    if (l.rPull) {
+      // Pull in pieces so that one call never stays away for long.
+      constexpr uint64_t kPiece = 2u << 20;
+      while (l.rDone < l.rLen) {
+        uint64_t n = std::min(kPiece, l.rLen - l.rDone);
+        flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rAddr + l.rDone, n);
+        if (rc != flagcxSuccess) return fail(rc);
+        l.rDone += n;
+        *moved = true;
+      }
+      l.pipe->ackPull();
+    } else if (l.rDone < l.rLen) {
       flagcxResult_t rc = l.pipe->read(l.rData + l.rDone, l.rLen - l.rDone, &got, &closed);
       if (rc != flagcxSuccess) return fail(rc);
       if (got > 0) *moved = true;
@@ -306,6 +349,8 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
     }
     l.rHdrReady = false;
     l.rHdrGot = 0;
+    l.rAddrGot = 0;
+    l.rPull = false;
     l.rSlot = -1;
   }
 }
@@ -337,13 +382,32 @@ flagcxResult_t FramedConn::idle() {
   return flagcxSuccess;
 }
 
+void FramedConn::collectPullAcks(bool *moved) {
+  if (pullCount_ == 0) return;
+  uint64_t acked = lanes_[0].pipe->pullsAcked();
+  while (pullCount_ > 0 && pullsDone_ < acked) {
+    Req &r = reqs_[pullSlots_[pullHead_]];
+    pullHead_ = (pullHead_ + 1) % kMaxPosted;
+    pullCount_--;
+    pullsDone_++;
+    r.done = true;
+    pending_--;
+    *moved = true;
+  }
+  popDone(sendQ_);
+}
+
 flagcxResult_t FramedConn::progress() {
   if (error_ != flagcxSuccess) return error_;
   bool moved = false;
+  // Acknowledgements first: a peer that pulled our last message and left is
+  // not an error for that message.
+  collectPullAcks(&moved);
   for (size_t i = 0; i < lanes_.size(); i++) {
     FLAGCX_CHECK(progressSend(lanes_[i], static_cast<int>(i), &moved));
     FLAGCX_CHECK(progressRecv(lanes_[i], static_cast<int>(i), &moved));
   }
+  collectPullAcks(&moved);
   if (pending_ == 0) return flagcxSuccess;
   if (moved) {
     moveStamped_ = false;  // restamped lazily on the next idle call

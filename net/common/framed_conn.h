@@ -54,6 +54,16 @@ class Pipe {
   // transport whose stream cannot report a dead peer by itself (shm) checks
   // here.  Returns flagcxRemoteError (after logging) when the peer is dead.
   virtual flagcxResult_t idleCheck() { return flagcxSuccess; }
+
+  // Single copy for large messages (shm): instead of streaming the bytes the
+  // sender announces its buffer, the receiver reads it straight out of the
+  // sender's memory and then acknowledges.  Only pipes that can read the
+  // peer's memory say yes.
+  virtual bool canPull() const { return false; }
+  // Read n bytes at address `remote` of the peer process into dst.
+  virtual flagcxResult_t pull(void *dst, uint64_t remote, size_t n) { return flagcxInternalError; }
+  virtual void ackPull() {}                     // receiver: one announced message consumed
+  virtual uint64_t pullsAcked() { return 0; }   // sender: how many the peer consumed
 };
 
 struct FrameHeader {
@@ -67,6 +77,11 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 32);
 constexpr uint32_t kFrameMagic = 0x46434d31;  // "FCM1"
 constexpr uint16_t kFrameVersion = 1;
+// A rendezvous frame: the header is followed by 8 bytes, the sender's buffer
+// address, and no payload; the receiver pulls the `length` bytes itself.
+constexpr uint16_t kFrameVersionPull = 2;
+// Messages at least this long go by rendezvous where the pipe can pull.
+constexpr uint64_t kPullThreshold = 64 * 1024;
 
 // How a message of `length` bytes is striped over `nlanes` lanes.
 int stripeCount(uint64_t length, int nlanes);
@@ -99,6 +114,8 @@ class FramedConn final : public Conn {
     uint64_t seq = 0;
     int stripes = 0;      // 0 until known (recv: first header seen)
     int stripesLeft = 0;
+    bool pull = false;    // send by rendezvous (see kFrameVersionPull)
+    uint64_t addr = 0;    // the announced address (send side)
   };
   // Posted requests of one direction in sequence order (slot indices).
   struct Queue {
@@ -127,6 +144,9 @@ class FramedConn final : public Conn {
     int rSlot = -1;
     char *rData = nullptr;
     uint64_t rLen = 0, rDone = 0;
+    uint64_t rAddr = 0;   // rendezvous: the sender's buffer
+    size_t rAddrGot = 0;
+    bool rPull = false;
     bool closed = false;
   };
 
@@ -135,6 +155,7 @@ class FramedConn final : public Conn {
   flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
   flagcxResult_t takeHeader(Lane &l, int li);
   void popDone(Queue &q);
+  void collectPullAcks(bool *moved);
   void freeSlot(int slot);
   flagcxResult_t fail(flagcxResult_t code);
   flagcxResult_t idle();
@@ -148,6 +169,11 @@ class FramedConn final : public Conn {
   int nfree_ = 0;
   int pending_ = 0;  // requests not yet done
   Queue sendQ_, recvQ_;
+  // Rendezvous sends waiting for the peer's acknowledgement, in order.
+  int pullSlots_[kMaxPosted];
+  int pullHead_ = 0, pullCount_ = 0;
+  uint64_t pullsDone_ = 0;
+  bool canPull_ = false;
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
   // Stall and liveness tracking (see idle()).

@@ -27,6 +27,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +62,9 @@ struct RingCtl {
   std::atomic<int32_t> producerPid;
   std::atomic<uint32_t> producerClosed;
   std::atomic<uint32_t> consumerClosed;
+  uint64_t ownerMagicAddr;               // &magic in the consumer's address space
+  std::atomic<uint32_t> pullOk;          // producer could read the consumer's memory
+  alignas(64) std::atomic<uint64_t> pulls;  // rendezvous messages the consumer pulled
 };
 static_assert(sizeof(RingCtl) <= kCtlBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -159,8 +163,9 @@ bool processGone(pid_t pid) {
 class ShmPipe final : public Pipe {
  public:
   ShmPipe(PeerDesc desc, pid_t peerPid, std::shared_ptr<Segment> txSeg, RingCtl *tx,
-          std::shared_ptr<Segment> rxSeg, RingCtl *rx)
-      : desc_(std::move(desc)),
+          std::shared_ptr<Segment> rxSeg, RingCtl *rx, bool canPull)
+      : canPull_(canPull),
+        desc_(std::move(desc)),
         peerPid_(peerPid),
         txSeg_(std::move(txSeg)),
         rxSeg_(std::move(rxSeg)),
@@ -257,6 +262,25 @@ class ShmPipe final : public Pipe {
     return flagcxSuccess;
   }
 
+  bool canPull() const override { return canPull_; }
+  flagcxResult_t pull(void *dst, uint64_t remote, size_t n) override {
+    size_t done = 0;
+    while (done < n) {
+      iovec local{static_cast<char *>(dst) + done, n - done};
+      iovec far{reinterpret_cast<void *>(remote + done), n - done};
+      ssize_t got = process_vm_readv(peerPid_, &local, 1, &far, 1, 0);
+      if (got <= 0) {
+        WARN(kShm, "shm rank %d: reading %zu bytes from peer %d (pid %d) failed: %s", desc_.self,
+             n - done, desc_.peer, static_cast<int>(peerPid_), got == 0 ? "nothing read" : strerror(errno));
+        return flagcxRemoteError;
+      }
+      done += static_cast<size_t>(got);
+    }
+    return flagcxSuccess;
+  }
+  void ackPull() override { rx_->pulls.fetch_add(1, std::memory_order_release); }
+  uint64_t pullsAcked() override { return tx_->pulls.load(std::memory_order_acquire); }
+
   flagcxResult_t idleCheck() override {
     if (processGone(peerPid_)) {
       WARN(kShm, "shm rank %d: peer %d (pid %d on %s) channel %d has died", desc_.self, desc_.peer,
@@ -273,6 +297,7 @@ class ShmPipe final : public Pipe {
     return flagcxRemoteError;
   }
 
+  bool canPull_;
   PeerDesc desc_;
   pid_t peerPid_;
   std::shared_ptr<Segment> txSeg_, rxSeg_;
@@ -365,6 +390,9 @@ class ShmTransport final : public Transport {
         r->consumerPid.store(getpid(), std::memory_order_relaxed);
         r->producerPid.store(0, std::memory_order_relaxed);
         r->producerClosed.store(0, std::memory_order_relaxed);
+        r->ownerMagicAddr = reinterpret_cast<uint64_t>(&r->magic);
+        r->pullOk.store(0, std::memory_order_relaxed);
+        r->pulls.store(0, std::memory_order_relaxed);
         r->consumerClosed.store(0, std::memory_order_release);
       }
       NameMsg m{};
@@ -396,6 +424,15 @@ class ShmTransport final : public Transport {
             rc = flagcxRemoteError;
           } else {
             r->producerPid.store(getpid(), std::memory_order_release);
+            // Can we read the peer's memory (same user, no ptrace lock-down)?
+            // Then large messages go single-copy (FLAGCX_SHM_PULL).
+            uint64_t probe = 0;
+            iovec local{&probe, sizeof probe};
+            iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
+            bool ok = paramInt(Param::SHM_PULL) != 0 &&
+                      process_vm_readv(p.msg.pid, &local, 1, &far, 1, 0) == sizeof probe &&
+                      probe == kRingMagic;
+            r->pullOk.store(ok ? 1 : 0, std::memory_order_release);
           }
         }
       }
@@ -424,8 +461,10 @@ class ShmTransport final : public Transport {
         d.channel = c;
         d.host = bs.peers().size() > static_cast<size_t>(p.rank) ? bs.peers()[p.rank].host : "?";
         std::vector<std::unique_ptr<Pipe>> lanes;
-        lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, ringAt(*p.theirs, c, ringBytes),
-                                                  p.mine, ringAt(*p.mine, c, ringBytes)));
+        RingCtl *tx = ringAt(*p.theirs, c, ringBytes);
+        lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, tx, p.mine,
+                                                  ringAt(*p.mine, c, ringBytes),
+                                                  tx->pullOk.load(std::memory_order_acquire) != 0));
         out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes)));
       }
     }
