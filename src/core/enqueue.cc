@@ -68,7 +68,10 @@ void returnJob(Job *j) {
 }
 
 // Post and progress every transfer in `xs`; keep per-Conn posting order and
-// the per-Conn limit on outstanding requests.
+// the per-Conn limit on outstanding requests.  Sends and receives are
+// ordered separately on a Conn, so each direction has its own half of the
+// limit: a long run of sends can never keep the receives that its peer needs
+// from being posted (that deadlocked large exchanges).
 flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_t dt,
                         flagcxRedOp_t op, const char *what) {
   if (xs.empty()) return flagcxSuccess;
@@ -76,9 +79,9 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
   size_t remaining = xs.size();
   Backoff wait;
   std::vector<int> &outstanding = comm->scratchCounts;
-  outstanding.assign(static_cast<size_t>(comm->nranks * comm->nchannels), 0);
+  outstanding.assign(static_cast<size_t>(2 * comm->nranks * comm->nchannels), 0);
   std::vector<char> &blocked = comm->scratchFlags;
-  constexpr int kLimit = Conn::kMaxPosted - 16;
+  constexpr int kLimit = Conn::kMaxPosted / 2 - 8;  // per direction
   while (remaining > 0) {
     if (comm->aborting) return flagcxRemoteError;
     bool progressed = false;
@@ -86,7 +89,7 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
     blocked.assign(outstanding.size(), 0);
     for (auto &x : xs) {
       if (x.posted) continue;
-      size_t ci = static_cast<size_t>(x.peer * comm->nchannels + x.ch);
+      size_t ci = static_cast<size_t>(2 * (x.peer * comm->nchannels + x.ch) + (x.isSend ? 1 : 0));
       if (blocked[ci] || outstanding[ci] >= kLimit) {
         blocked[ci] = 1;
         continue;
@@ -126,7 +129,7 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
       x.done = true;
       remaining--;
       progressed = true;
-      outstanding[static_cast<size_t>(x.peer * comm->nchannels + x.ch)]--;
+      outstanding[static_cast<size_t>(2 * (x.peer * comm->nchannels + x.ch) + (x.isSend ? 1 : 0))]--;
     }
     if (progressed) {
       wait.progressed();

@@ -113,6 +113,32 @@ TEST_P(P2P, AllPairsGroupOnStream) {
   EXPECT_TRUE(res.allOk()) << res.describe();
 }
 
+// More messages to one peer than a Conn takes at once, every send posted
+// before any receive on both sides: posting must not starve the receives.
+TEST_P(P2P, ManyMessagesSendsFirst) {
+  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
+    const int kMsgs = 600;
+    const size_t sz = 70000;  // above the single-copy threshold
+    int peer = rank ^ 1;
+    if (peer >= nranks) peer = rank;
+    std::vector<uint8_t> out(sz * kMsgs), in(sz * kMsgs, 0);
+    for (size_t i = 0; i < out.size(); i++) out[i] = pattern(rank, peer, i);
+    RANK_OK(flagcxGroupStart(comm));
+    for (int m = 0; m < kMsgs; m++)
+      RANK_OK(flagcxSend(out.data() + m * sz, sz, flagcxUint8, peer, comm, nullptr));
+    for (int m = 0; m < kMsgs; m++)
+      RANK_OK(flagcxRecv(in.data() + m * sz, sz, flagcxUint8, peer, comm, nullptr));
+    RANK_OK(flagcxGroupEnd(comm));
+    for (size_t i = 0; i < in.size(); i++)
+      RANK_CHECK(in[i] == pattern(peer, rank, i), "byte %zu", i);
+    RANK_OK(flagcxCommDestroy(comm));
+    return 0;
+  }, envFor(GetParam().shm), 300);
+  EXPECT_TRUE(res.allOk()) << res.describe();
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, P2P,
                          testing::Values(Param{2, true}, Param{3, true}, Param{4, true},
                                          Param{8, true}, Param{2, false}, Param{3, false},
