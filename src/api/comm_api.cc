@@ -108,10 +108,10 @@ extern "C" flagcxResult_t flagcxCommGetDeviceNumber(const flagcxComm_t comm, int
 extern "C" flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo) {
   API_CHECK(checkComm("flagcxIsHomoComm", comm));
   API_CHECK(checkPtr("flagcxIsHomoComm", "isHomo", isHomo));
-  // Homogeneous means "served by a vendor CCL pass-through"; the host device
-  // has none, and FLAGCX_USE_HETERO_COMM forces the engine.
-  *isHomo = comm->homogeneous && strcmp(comm->dev->name(), "host") != 0 &&
-            paramInt(Param::USE_HETERO_COMM) == 0;
+  // Homogeneous means "served by a vendor CCL pass-through": the host device
+  // has none, FLAGCX_USE_HETERO_COMM forces the engine, and NCCL refuses
+  // ranks that share a GPU; makeVendorCcl decided all that.
+  *isHomo = comm->ccl != nullptr;
   return flagcxSuccess;
 }
 

@@ -75,6 +75,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   comm->rank = rank;
   comm->nranks = nranks;
   comm->dev = dev;
+  comm->staged = strcmp(dev->name(), "host") != 0;
   int64_t nch = paramInt(Param::NCHANNELS);
   comm->nchannels = static_cast<int>(nch < 1 ? 1 : nch > 16 ? 16 : nch);
   logSetRank(rank);

@@ -54,6 +54,8 @@ struct flagcxComm {
 
   // Reused by the executor (only one operation runs at a time).
   std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
+  std::vector<char> bufStageIn, bufStageOut;  // host copies of device buffers
+  bool staged = false;  // buffers live on a device: stage through host memory
   std::vector<int> scratchCounts;
   std::vector<char> scratchFlags;
   std::vector<size_t> scratchDispls;

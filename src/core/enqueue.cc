@@ -374,6 +374,90 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   return flagcxSuccess;
 }
 
+// Device buffers (a non-host adapter): stage through host memory around the
+// host engine.  A first version: whole-buffer copies, not yet pipelined with
+// the transfers (docs/GPU.md says what a pipelined path would add).
+size_t elemsIn(const CollItem &ci, int n) {
+  const CollArgs &a = ci.a;
+  switch (a.op) {
+    case OpKind::ReduceScatter: case OpKind::Scatter: case OpKind::AlltoAll:
+      return a.count * static_cast<size_t>(n);
+    case OpKind::AlltoAllv: {
+      size_t m = 0;
+      for (int p = 0; p < n; p++) m = std::max(m, ci.v[static_cast<size_t>(n + p)] + ci.v[static_cast<size_t>(p)]);
+      return m;
+    }
+    case OpKind::Barrier: return 0;
+    default: return a.count;
+  }
+}
+size_t elemsOut(const CollItem &ci, int n) {
+  const CollArgs &a = ci.a;
+  switch (a.op) {
+    case OpKind::AllGather: case OpKind::Gather: case OpKind::AlltoAll:
+      return a.count * static_cast<size_t>(n);
+    case OpKind::AlltoAllv: {
+      size_t m = 0;
+      for (int p = 0; p < n; p++)
+        m = std::max(m, ci.v[static_cast<size_t>(3 * n + p)] + ci.v[static_cast<size_t>(2 * n + p)]);
+      return m;
+    }
+    case OpKind::Barrier: return 0;
+    default: return a.count;
+  }
+}
+
+flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
+  DeviceAdapter *dev = comm->dev;
+  size_t ts = getFlagcxDataTypeSize(ci.a.dtype);
+  size_t inB = elemsIn(ci, comm->nranks) * ts, outB = elemsOut(ci, comm->nranks) * ts;
+  const char *send = static_cast<const char *>(ci.a.send);
+  char *recv = static_cast<char *>(ci.a.recv);
+  CollItem h = ci;
+  char *hOut = nullptr, *hIn = nullptr;
+  if (recv && outB) {
+    hOut = growBuffer(comm->bufStageOut, outB);
+    h.a.recv = hOut;
+  }
+  bool sendInsideRecv = send && recv && send >= recv && send + inB <= recv + outB;
+  bool recvInsideSend = send && recv && !sendInsideRecv && recv >= send && recv + outB <= send + inB;
+  if (sendInsideRecv) {
+    FLAGCX_CHECK(dev->copy(hOut, recv, outB, nullptr));
+    h.a.send = hOut + (send - recv);
+  } else if (send && inB) {
+    hIn = growBuffer(comm->bufStageIn, inB);
+    FLAGCX_CHECK(dev->copy(hIn, send, inB, nullptr));
+    h.a.send = hIn;
+    if (recvInsideSend) h.a.recv = hIn + (recv - send);
+  }
+  flagcxResult_t r = runColl(comm, h);
+  ci.flight = h.flight;
+  FLAGCX_CHECK(r);
+  if (recv && outB) FLAGCX_CHECK(dev->copy(recv, h.a.recv, outB, nullptr));
+  return flagcxSuccess;
+}
+
+flagcxResult_t runP2PStaged(flagcxComm *comm, std::vector<P2PItem> &items) {
+  size_t total = 0;
+  for (auto &it : items) total += it.bytes;
+  char *stage = growBuffer(comm->bufStageIn, total);
+  std::vector<P2PItem> h = items;
+  size_t off = 0;
+  for (auto &it : h) {
+    if (it.isSend && it.bytes) FLAGCX_CHECK(comm->dev->copy(stage + off, it.buf, it.bytes, nullptr));
+    it.buf = stage + off;
+    off += it.bytes;
+  }
+  FLAGCX_CHECK(runP2P(comm, h));
+  off = 0;
+  for (size_t i = 0; i < items.size(); i++) {
+    if (!items[i].isSend && items[i].bytes)
+      FLAGCX_CHECK(comm->dev->copy(items[i].buf, stage + off, items[i].bytes, nullptr));
+    off += items[i].bytes;
+  }
+  return flagcxSuccess;
+}
+
 flagcxResult_t runJob(void *arg) {
   Job *j = static_cast<Job *>(arg);
   flagcxComm *comm = j->comm;
@@ -382,14 +466,14 @@ flagcxResult_t runJob(void *arg) {
   for (auto &c : j->colls) {
     if (res != flagcxSuccess) break;
     c.flight = nullptr;
-    res = runColl(comm, c);
+    res = comm->staged ? runCollStaged(comm, c) : runColl(comm, c);
     comm->flight.end(c.flight, res == flagcxSuccess);
   }
   if (res == flagcxSuccess && !j->p2p.empty()) {
     size_t bytes = 0;
     for (auto &p : j->p2p) bytes += p.bytes;
     FlightEntry *fe = comm->flight.begin(j->ticket, "p2p", "-", bytes, -1, -1);
-    res = runP2P(comm, j->p2p);
+    res = comm->staged ? runP2PStaged(comm, j->p2p) : runP2P(comm, j->p2p);
     comm->flight.end(fe, res == flagcxSuccess);
   }
   if (res != flagcxSuccess) comm->flight.dump(flagcxGetErrorString(res));

@@ -1,0 +1,310 @@
+// The CUDA device adapter: the flagcxDeviceHandle table on the CUDA runtime,
+// the DeviceAdapter object (reduce/divide/copy kernels, stream-ordered host
+// tasks), and cudaAdapter(), which the host adapter's FLAGCX_DEVICE choice
+// calls (it is a weak symbol there; this is its definition).
+//
+// Notes for users of the table:
+//  - getVendor writes "NVIDIA"; the device is the calling thread's current one;
+//  - streams made by streamCreate are non-blocking CUDA streams; streamCopy
+//    wraps a caller's cudaStream_t (NULL = the legacy default stream) and
+//    streamFree releases only the wrapper; a NULL flagcxStream_t in
+//    eventRecord/streamWaitEvent/streamSynchronize is the legacy default stream;
+//  - deviceMemcpy/deviceMemset with a NULL stream are cudaMemcpy/cudaMemset
+//    (synchronous, any direction: the copy kind is inferred from the pointers).
+//
+// The adapter's own copy/reduce/divide with a NULL stream (what the engine
+// calls from stream tasks) accept any mix of host and device pointers and
+// run through a private non-blocking stream, synchronously.
+#include <cstring>
+#include <string>
+
+#include "adapters/device/adapter.h"
+#include "cuda_internal.h"
+#include "cuda_kernels.h"
+
+namespace flagcx {
+
+namespace cuda {
+namespace {
+
+std::string g_reason;
+
+#define CHECK_STREAM(fn, s)                                                                    \
+  do {                                                                                         \
+    if (!streamValid(s))                                                                       \
+      return argError(flagcxInvalidArgument, kInit, fn ": stream %p is not a live CUDA stream", \
+                      static_cast<void *>(s));                                                 \
+  } while (0)
+
+flagcxResult_t dDeviceSynchronize() {
+  FLAGCX_CUDA_TRY("cudaDeviceSynchronize", cudaDeviceSynchronize());
+  return flagcxSuccess;
+}
+
+flagcxResult_t dDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType_t type,
+                             flagcxStream_t stream) {
+  if (size && (!dst || !src))
+    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: %s is NULL", dst ? "src" : "dst");
+  if (type != flagcxMemcpyHostToDevice && type != flagcxMemcpyDeviceToHost &&
+      type != flagcxMemcpyDeviceToDevice)
+    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: invalid copy type %d",
+                    static_cast<int>(type));
+  if (size == 0) return flagcxSuccess;
+  if (!stream) {
+    FLAGCX_CUDA_TRY("cudaMemcpy", cudaMemcpy(dst, src, size, cudaMemcpyDefault));
+    return flagcxSuccess;
+  }
+  CHECK_STREAM("deviceMemcpy", stream);
+  FLAGCX_CUDA_TRY("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, nativeOf(stream)));
+  return flagcxSuccess;
+}
+
+flagcxResult_t dDeviceMemset(void *ptr, int value, size_t size, flagcxMemType_t type,
+                             flagcxStream_t stream) {
+  if (size && !ptr) return argError(flagcxInvalidArgument, kInit, "deviceMemset: ptr is NULL");
+  if (size == 0) return flagcxSuccess;
+  if (!stream) {
+    if (type == flagcxMemHost || where(ptr) == Where::HostPageable) {
+      memset(ptr, value, size);
+      return flagcxSuccess;
+    }
+    FLAGCX_CUDA_TRY("cudaMemset", cudaMemset(ptr, value, size));
+    return flagcxSuccess;
+  }
+  CHECK_STREAM("deviceMemset", stream);
+  FLAGCX_CUDA_TRY("cudaMemsetAsync", cudaMemsetAsync(ptr, value, size, nativeOf(stream)));
+  return flagcxSuccess;
+}
+
+flagcxResult_t dSetDevice(int dev) {
+  FLAGCX_CUDA_TRY("cudaSetDevice", cudaSetDevice(dev));
+  return flagcxSuccess;
+}
+
+flagcxResult_t dGetDevice(int *dev) {
+  if (!dev) return argError(flagcxInvalidArgument, kInit, "getDevice: dev is NULL");
+  FLAGCX_CUDA_TRY("cudaGetDevice", cudaGetDevice(dev));
+  return flagcxSuccess;
+}
+
+flagcxResult_t dGetDeviceCount(int *count) {
+  if (!count) return argError(flagcxInvalidArgument, kInit, "getDeviceCount: count is NULL");
+  FLAGCX_CUDA_TRY("cudaGetDeviceCount", cudaGetDeviceCount(count));
+  return flagcxSuccess;
+}
+
+flagcxResult_t dGetVendor(char *vendor) {
+  if (!vendor) return argError(flagcxInvalidArgument, kInit, "getVendor: vendor is NULL");
+  memcpy(vendor, "NVIDIA", 7);
+  return flagcxSuccess;
+}
+
+flagcxResult_t dHostGetDevicePointer(void **pDevice, void *pHost) {
+  if (!pDevice) return argError(flagcxInvalidArgument, kInit, "hostGetDevicePointer: pDevice is NULL");
+  FLAGCX_CUDA_TRY("cudaHostGetDevicePointer", cudaHostGetDevicePointer(pDevice, pHost, 0));
+  return flagcxSuccess;
+}
+
+flagcxDeviceHandle g_table = {
+    dDeviceSynchronize, dDeviceMemcpy,    dDeviceMemset,   memAlloc,          memFree,
+    dSetDevice,         dGetDevice,       dGetDeviceCount, dGetVendor,        dHostGetDevicePointer,
+    streamCreate,       streamDestroy,    streamCopy,      streamFree,        streamSynchronize,
+    streamQuery,        streamWaitEvent,  eventCreate,     eventDestroy,      eventRecord,
+    eventSynchronize,   eventQuery,       ipcCreate,       ipcGet,            ipcOpen,
+    ipcClose,           ipcFree,
+};
+
+bool validReduceArgs(const char *fn, flagcxDataType_t dtype, flagcxRedOp_t op, flagcxResult_t *r) {
+  if (static_cast<unsigned>(dtype) >= flagcxNumTypes) {
+    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid datatype %d", fn, static_cast<int>(dtype));
+    return false;
+  }
+  if (static_cast<unsigned>(op) >= flagcxRedNoOp) {
+    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid reduction op %d", fn, static_cast<int>(op));
+    return false;
+  }
+  return true;
+}
+
+// Device temporaries for the pageable operands of a "now" kernel: each
+// distinct pageable pointer gets one buffer (dst aliasing a source shares it).
+class Staging {
+ public:
+  explicit Staging(cudaStream_t s) : s_(s) {}
+  ~Staging() {
+    for (int i = 0; i < n_; i++) cudaFreeAsync(bufs_[i].dev, s_);
+  }
+  // The pointer a kernel may use for `p` (bytes long); copies in when `in`.
+  flagcxResult_t map(const void *p, size_t bytes, bool in, void **out) {
+    if (where(p) != Where::HostPageable) {
+      *out = const_cast<void *>(p);
+      return flagcxSuccess;
+    }
+    for (int i = 0; i < n_; i++)
+      if (bufs_[i].host == p) {
+        *out = bufs_[i].dev;
+        return flagcxSuccess;
+      }
+    Buf b{p, nullptr};
+    FLAGCX_CUDA_TRY("cudaMallocAsync (staging)", cudaMallocAsync(&b.dev, bytes, s_));
+    bufs_[n_++] = b;
+    if (in)
+      FLAGCX_CUDA_TRY("cudaMemcpyAsync (staging in)",
+                      cudaMemcpyAsync(b.dev, p, bytes, cudaMemcpyDefault, s_));
+    *out = b.dev;
+    return flagcxSuccess;
+  }
+  flagcxResult_t copyOut(void *dst, const void *dev, size_t bytes) {
+    if (dst == dev) return flagcxSuccess;
+    FLAGCX_CUDA_TRY("cudaMemcpyAsync (staging out)",
+                    cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDefault, s_));
+    return flagcxSuccess;
+  }
+
+ private:
+  struct Buf {
+    const void *host;
+    void *dev;
+  };
+  cudaStream_t s_;
+  Buf bufs_[3]{};
+  int n_ = 0;
+};
+
+class CudaAdapter final : public DeviceAdapter {
+ public:
+  const char *name() const override { return "cuda"; }
+  flagcxDeviceHandle *handle() override { return &g_table; }
+
+  flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,
+                        flagcxDataType_t dtype, flagcxRedOp_t op, flagcxStream_t stream) override {
+    flagcxResult_t r;
+    if (!validReduceArgs("reduce", dtype, op, &r)) return r;
+    if (count == 0) return flagcxSuccess;
+    if (!dst || !a || !b)
+      return argError(flagcxInvalidArgument, kColl, "reduce: NULL buffer (dst=%p a=%p b=%p)", dst, a, b);
+    size_t bytes = count * getFlagcxDataTypeSize(dtype);
+    int dev = currentDevice();
+    if (stream) {
+      CHECK_STREAM("reduce", stream);
+      FLAGCX_CHECK(needDeviceAccess("reduce", dst, a, b));
+      FLAGCX_CUDA_TRY("reduce kernel launch",
+                      launchReduce(dst, a, b, count, dtype, op, nativeOf(stream), smCount(dev)));
+      return flagcxSuccess;
+    }
+    Where wd = where(dst), wa = where(a), wb = where(b);
+    if (wd == Where::HostPageable && wa == Where::HostPageable && wb == Where::HostPageable)
+      return hostReduce(dst, a, b, count, dtype, op);
+    cudaStream_t s = internalStream(dev);
+    {
+      Staging st(s);
+      void *pa, *pb, *pd;
+      FLAGCX_CHECK(st.map(a, bytes, true, &pa));
+      FLAGCX_CHECK(st.map(b, bytes, true, &pb));
+      FLAGCX_CHECK(st.map(dst, bytes, dst == a || dst == b, &pd));
+      FLAGCX_CUDA_TRY("reduce kernel launch", launchReduce(pd, pa, pb, count, dtype, op, s, smCount(dev)));
+      FLAGCX_CHECK(st.copyOut(dst, pd, bytes));
+    }
+    return syncInternal(s, "reduce");
+  }
+
+  flagcxResult_t divide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
+                        uint64_t divisor, flagcxStream_t stream) override {
+    flagcxResult_t r;
+    if (!validReduceArgs("divide", dtype, flagcxSum, &r)) return r;
+    if (divisor == 0) return argError(flagcxInvalidArgument, kColl, "divide: divisor is 0");
+    if (count == 0) return flagcxSuccess;
+    if (!dst || !src)
+      return argError(flagcxInvalidArgument, kColl, "divide: NULL buffer (dst=%p src=%p)", dst, src);
+    size_t bytes = count * getFlagcxDataTypeSize(dtype);
+    int dev = currentDevice();
+    if (stream) {
+      CHECK_STREAM("divide", stream);
+      FLAGCX_CHECK(needDeviceAccess("divide", dst, src, src));
+      FLAGCX_CUDA_TRY("divide kernel launch",
+                      launchDivide(dst, src, count, dtype, divisor, nativeOf(stream), smCount(dev)));
+      return flagcxSuccess;
+    }
+    if (where(dst) == Where::HostPageable && where(src) == Where::HostPageable)
+      return hostDivide(dst, src, count, dtype, divisor);
+    cudaStream_t s = internalStream(dev);
+    {
+      Staging st(s);
+      void *ps, *pd;
+      FLAGCX_CHECK(st.map(src, bytes, true, &ps));
+      FLAGCX_CHECK(st.map(dst, bytes, dst == src, &pd));
+      FLAGCX_CUDA_TRY("divide kernel launch", launchDivide(pd, ps, count, dtype, divisor, s, smCount(dev)));
+      FLAGCX_CHECK(st.copyOut(dst, pd, bytes));
+    }
+    return syncInternal(s, "divide");
+  }
+
+  flagcxResult_t copy(void *dst, const void *src, size_t bytes, flagcxStream_t stream) override {
+    if (bytes == 0 || dst == src) return flagcxSuccess;
+    if (!dst || !src)
+      return argError(flagcxInvalidArgument, kColl, "copy: NULL buffer (dst=%p src=%p)", dst, src);
+    if (stream) {
+      CHECK_STREAM("copy", stream);
+      FLAGCX_CUDA_TRY("cudaMemcpyAsync (copy)",
+                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, nativeOf(stream)));
+      return flagcxSuccess;
+    }
+    if (where(dst) == Where::HostPageable && where(src) == Where::HostPageable) {
+      memcpy(dst, src, bytes);
+      return flagcxSuccess;
+    }
+    cudaStream_t s = internalStream(currentDevice());
+    FLAGCX_CUDA_TRY("cudaMemcpyAsync (copy)", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    return syncInternal(s, "copy");
+  }
+
+  flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) override {
+    return enqueueTask(stream, task);
+  }
+
+ private:
+  static flagcxResult_t needDeviceAccess(const char *fn, const void *d, const void *a, const void *b) {
+    if (where(d) == Where::HostPageable || where(a) == Where::HostPageable ||
+        where(b) == Where::HostPageable)
+      return argError(flagcxInvalidArgument, kColl,
+                      "%s on a stream needs device-accessible buffers (device or pinned host "
+                      "memory); got pageable host memory (use a NULL stream to stage it)", fn);
+    return flagcxSuccess;
+  }
+  static flagcxResult_t syncInternal(cudaStream_t s, const char *fn) {
+    cudaError_t e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return cudaFail(fn, e);
+    return flagcxSuccess;
+  }
+};
+
+CudaAdapter *probe() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    g_reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
+               cudaGetErrorString(e) + ")";
+    cudaGetLastError();
+  } else if (n == 0) {
+    g_reason = "no CUDA device is visible";
+  }
+  if (!g_reason.empty()) {
+    INFO(kInit, "cuda adapter unusable: %s", g_reason.c_str());
+    return nullptr;
+  }
+  INFO(kInit, "cuda adapter: %d device(s)", n);
+  return new CudaAdapter();  // lives for the process
+}
+
+}  // namespace
+
+const char *unusableReason() { return g_reason.c_str(); }
+
+}  // namespace cuda
+
+DeviceAdapter *cudaAdapter() {
+  static DeviceAdapter *a = cuda::probe();
+  return a;
+}
+
+}  // namespace flagcx

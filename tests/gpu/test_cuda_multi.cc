@@ -1,0 +1,372 @@
+// CUDA across processes: IPC handles between two processes, the NCCL
+// pass-through, communicators of CUDA ranks run by the engine (several ranks
+// on one GPU), and a mixed communicator (CUDA ranks + host ranks).
+//
+// This process never initializes CUDA (it would not survive fork): every
+// CUDA call happens in forked ranks.  Exits 77 (skipped) without a usable GPU.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../mr/harness.h"
+#include "adapters/ccl/ccl.h"
+#include "core/comm.h"
+#include "gpu_common.h"
+
+namespace {
+
+constexpr int kNcclMissing = 77;  // a rank's exit code: NCCL not loadable there
+
+// ---------- IPC between two processes ----------
+
+bool readAll(int fd, void *p, size_t n) {
+  char *c = static_cast<char *>(p);
+  while (n) {
+    ssize_t r = read(fd, c, n);
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+int ipcOwner(int toPeer, int fromPeer) {
+  flagcxDeviceHandle_t h;
+  RANK_OK(flagcxDeviceHandleInit(&h));
+  RANK_OK(h->setDevice(0));
+  const size_t bytes = 1 << 20, off = 4096, span = 64 << 10;
+  void *d;
+  RANK_OK(h->deviceMalloc(&d, bytes, flagcxMemDevice, nullptr));
+  RANK_OK(h->deviceMemset(d, 'A', bytes, flagcxMemDevice, nullptr));
+  flagcxIpcMemHandle_t ih;
+  size_t sz = 0;
+  RANK_OK(h->ipcMemHandleCreate(&ih, &sz));
+  RANK_OK(h->ipcMemHandleGet(ih, static_cast<char *>(d) + off));
+  RANK_CHECK(write(toPeer, &sz, sizeof(sz)) == sizeof(sz), "write");
+  RANK_CHECK(write(toPeer, ih, sz) == static_cast<ssize_t>(sz), "write");
+  char ack = 0;
+  RANK_CHECK(readAll(fromPeer, &ack, 1) && ack == 'k', "peer did not finish");
+  std::vector<char> back(bytes);
+  RANK_OK(h->deviceMemcpy(back.data(), d, bytes, flagcxMemcpyDeviceToHost, nullptr));
+  for (size_t i = 0; i < bytes; i++) {
+    char want = i >= off && i < off + span ? 'B' : 'A';
+    RANK_CHECK(back[i] == want, "byte %zu is %d, want %c", i, back[i], want);
+  }
+  RANK_OK(h->ipcMemHandleFree(ih));
+  RANK_OK(h->deviceFree(d, flagcxMemDevice, nullptr));
+  RANK_OK(flagcxDeviceHandleFree(h));
+  return 0;
+}
+
+int ipcPeer(int fromOwner, int toOwner) {
+  flagcxDeviceHandle_t h;
+  RANK_OK(flagcxDeviceHandleInit(&h));
+  RANK_OK(h->setDevice(0));
+  size_t sz = 0;
+  RANK_CHECK(readAll(fromOwner, &sz, sizeof(sz)), "read size");
+  flagcxIpcMemHandle_t ih;
+  size_t mySz = 0;
+  RANK_OK(h->ipcMemHandleCreate(&ih, &mySz));
+  RANK_CHECK(sz == mySz, "handle size %zu vs %zu", sz, mySz);
+  RANK_CHECK(readAll(fromOwner, ih, sz), "read handle");
+  void *p = nullptr;
+  RANK_OK(h->ipcMemHandleOpen(ih, &p));
+  const size_t span = 64 << 10;
+  std::vector<char> got(span);
+  RANK_OK(h->deviceMemcpy(got.data(), p, span, flagcxMemcpyDeviceToHost, nullptr));
+  for (size_t i = 0; i < span; i++) RANK_CHECK(got[i] == 'A', "peer sees %d at %zu", got[i], i);
+  RANK_OK(h->deviceMemset(p, 'B', span, flagcxMemDevice, nullptr));
+  RANK_OK(h->deviceSynchronize());
+  RANK_OK(h->ipcMemHandleClose(p));
+  RANK_OK(h->ipcMemHandleFree(ih));
+  char ack = 'k';
+  RANK_CHECK(write(toOwner, &ack, 1) == 1, "write ack");
+  return 0;
+}
+
+TEST(CudaIpc, TwoProcessesShareDeviceMemory) {
+  int a2b[2], b2a[2];
+  ASSERT_EQ(pipe(a2b), 0);
+  ASSERT_EQ(pipe(b2a), 0);
+  setenv("FLAGCX_DEVICE", "cuda", 1);
+  fflush(stdout);
+  pid_t pa = fork();
+  if (pa == 0) _exit(ipcOwner(a2b[1], b2a[0]));
+  pid_t pb = fork();
+  if (pb == 0) _exit(ipcPeer(a2b[0], b2a[1]));
+  int sa = 0, sb = 0;
+  waitpid(pa, &sa, 0);
+  waitpid(pb, &sb, 0);
+  for (int fd : {a2b[0], a2b[1], b2a[0], b2a[1]}) close(fd);
+  EXPECT_TRUE(WIFEXITED(sa) && WEXITSTATUS(sa) == 0) << "owner status " << sa;
+  EXPECT_TRUE(WIFEXITED(sb) && WEXITSTATUS(sb) == 0) << "peer status " << sb;
+}
+
+// ---------- communicators ----------
+
+// Buffers of one rank: device memory of this rank's adapter, or plain host memory.
+struct Buf {
+  flagcxDeviceHandle_t h;
+  bool device;
+  void *p = nullptr;
+  size_t bytes = 0;
+  int alloc(size_t n) {
+    bytes = n;
+    if (device) {
+      RANK_OK(h->deviceMalloc(&p, n ? n : 4, flagcxMemDevice, nullptr));
+    } else {
+      p = malloc(n ? n : 4);
+    }
+    return 0;
+  }
+  void release() {
+    if (device) h->deviceFree(p, flagcxMemDevice, nullptr);
+    else free(p);
+  }
+  int put(const std::vector<float> &v) {
+    if (device) RANK_OK(h->deviceMemcpy(p, const_cast<float *>(v.data()), v.size() * 4, flagcxMemcpyHostToDevice, nullptr));
+    else memcpy(p, v.data(), v.size() * 4);
+    return 0;
+  }
+  int get(std::vector<float> *v) {
+    v->resize(bytes / 4);
+    if (device) RANK_OK(h->deviceMemcpy(v->data(), p, bytes, flagcxMemcpyDeviceToHost, nullptr));
+    else memcpy(v->data(), p, bytes);
+    return 0;
+  }
+};
+
+float val(int rank, size_t i) { return static_cast<float>(rank + 1 + static_cast<int>(i % 7)); }
+
+#define SUB(call)            \
+  do {                       \
+    int _rc = (call);        \
+    if (_rc) return _rc;     \
+  } while (0)
+
+// Every operation once, results checked in closed form.  `what` names the case.
+int collectiveSuite(flagcxComm_t comm, flagcxDeviceHandle_t h, bool device, size_t cnt,
+                    const char *what) {
+  int rank, n;
+  RANK_OK(flagcxCommUserRank(comm, &rank));
+  RANK_OK(flagcxCommCount(comm, &n));
+  flagcxStream_t s;
+  RANK_OK(h->streamCreate(&s));
+  const size_t un = static_cast<size_t>(n);
+  Buf sb{h, device}, rb{h, device};
+  SUB(sb.alloc(cnt * un * 4));
+  SUB(rb.alloc(cnt * un * 4));
+  std::vector<float> send(cnt * un), got;
+  for (size_t i = 0; i < send.size(); i++) send[i] = val(rank, i);
+  const float tri = static_cast<float>(n * (n + 1) / 2);
+  auto sync = [&]() -> int {
+    RANK_OK(h->streamSynchronize(s));
+    return 0;
+  };
+
+  // AllReduce (sum) of cnt elements.
+  SUB(sb.put(send));
+  RANK_OK(flagcxAllReduce(sb.p, rb.p, cnt, flagcxFloat32, flagcxSum, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (size_t i = 0; i < cnt; i++)
+    RANK_CHECK(got[i] == tri + n * static_cast<float>(i % 7), "%s allreduce [%zu] = %f", what, i, got[i]);
+  // AllGather.
+  RANK_OK(flagcxAllGather(sb.p, rb.p, cnt, flagcxFloat32, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++)
+      RANK_CHECK(got[p * cnt + i] == val(p, i), "%s allgather [%d][%zu] = %f", what, p, i, got[p * cnt + i]);
+  // ReduceScatter.
+  RANK_OK(flagcxReduceScatter(sb.p, rb.p, cnt, flagcxFloat32, flagcxSum, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (size_t i = 0; i < cnt; i++) {
+    size_t g = static_cast<size_t>(rank) * cnt + i;
+    RANK_CHECK(got[i] == tri + n * static_cast<float>(g % 7), "%s reducescatter [%zu] = %f", what, i, got[i]);
+  }
+  // Broadcast from the last rank.
+  int root = n - 1;
+  RANK_OK(flagcxBroadcast(sb.p, rb.p, cnt, flagcxFloat32, root, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (size_t i = 0; i < cnt; i++) RANK_CHECK(got[i] == val(root, i), "%s broadcast [%zu]", what, i);
+  // Reduce to rank 0.
+  RANK_OK(flagcxReduce(sb.p, rb.p, cnt, flagcxFloat32, flagcxMax, 0, comm, s));
+  SUB(sync());
+  if (rank == 0) {
+    SUB(rb.get(&got));
+    for (size_t i = 0; i < cnt; i++)
+      RANK_CHECK(got[i] == val(n - 1, i), "%s reduce(max) [%zu] = %f", what, i, got[i]);
+  }
+  // Gather to rank 0.
+  RANK_OK(flagcxGather(sb.p, rb.p, cnt, flagcxFloat32, 0, comm, s));
+  SUB(sync());
+  if (rank == 0) {
+    SUB(rb.get(&got));
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < cnt; i++)
+        RANK_CHECK(got[p * cnt + i] == val(p, i), "%s gather [%d][%zu]", what, p, i);
+  }
+  // Scatter from rank 0: rank r gets block r of rank 0's buffer.
+  RANK_OK(flagcxScatter(sb.p, rb.p, cnt, flagcxFloat32, 0, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (size_t i = 0; i < cnt; i++)
+    RANK_CHECK(got[i] == val(0, static_cast<size_t>(rank) * cnt + i), "%s scatter [%zu]", what, i);
+  // AlltoAll: block p of my result is block `rank` of p's send buffer.
+  RANK_OK(flagcxAlltoAll(sb.p, rb.p, cnt, flagcxFloat32, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++)
+      RANK_CHECK(got[p * cnt + i] == val(p, static_cast<size_t>(rank) * cnt + i), "%s alltoall [%d][%zu]",
+                 what, p, i);
+  // AlltoAllv with equal blocks.
+  std::vector<size_t> counts(un, cnt), displs(un);
+  for (size_t p = 0; p < un; p++) displs[p] = p * cnt;
+  RANK_OK(flagcxAlltoAllv(sb.p, counts.data(), displs.data(), rb.p, counts.data(), displs.data(),
+                          flagcxFloat32, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++)
+      RANK_CHECK(got[p * cnt + i] == val(p, static_cast<size_t>(rank) * cnt + i), "%s alltoallv [%d][%zu]",
+                 what, p, i);
+  // Send/recv around a ring.
+  if (n > 1) {
+    RANK_OK(flagcxGroupStart(comm));
+    RANK_OK(flagcxSend(sb.p, cnt, flagcxFloat32, (rank + 1) % n, comm, s));
+    RANK_OK(flagcxRecv(rb.p, cnt, flagcxFloat32, (rank + n - 1) % n, comm, s));
+    RANK_OK(flagcxGroupEnd(comm));
+    SUB(sync());
+    SUB(rb.get(&got));
+    int from = (rank + n - 1) % n;
+    for (size_t i = 0; i < cnt; i++) RANK_CHECK(got[i] == val(from, i), "%s sendrecv [%zu]", what, i);
+  }
+  RANK_OK(flagcxBarrier(comm, s));
+  SUB(sync());
+  sb.release();
+  rb.release();
+  RANK_OK(h->streamDestroy(s));
+  return 0;
+}
+
+void setDeviceEnv(const char *dev) {
+  setenv("FLAGCX_DEVICE", dev, 1);
+  flagcx::paramsReload();
+}
+
+// One rank of a homogeneous CUDA communicator; `wantBackend` is "nccl" or
+// "engine" ("any": either).  GPU = rank % visible GPUs.
+int cudaRank(int rank, int nranks, flagcxUniqueId *id, const char *wantBackend, bool device,
+             size_t cnt) {
+  setDeviceEnv("cuda");
+  flagcxDeviceHandle_t h;
+  RANK_OK(flagcxDeviceHandleInit(&h));
+  int ngpu = 0;
+  RANK_OK(h->getDeviceCount(&ngpu));
+  RANK_OK(h->setDevice(rank % ngpu));
+  flagcxComm_t comm;
+  RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
+  const char *backend = comm->ccl ? comm->ccl->name() : "engine";
+  int homo = -1;
+  RANK_OK(flagcxIsHomoComm(comm, &homo));
+  if (rank == 0) printf("nranks %d on %d GPU(s): backend %s, flagcxIsHomoComm %d\n", nranks, ngpu, backend, homo);
+  if (strcmp(wantBackend, "nccl") == 0 && !comm->ccl) {
+    flagcxCommDestroy(comm);
+    return kNcclMissing;
+  }
+  if (strcmp(wantBackend, "engine") == 0)
+    RANK_CHECK(!comm->ccl, "expected the engine, got %s", backend);
+  SUB(collectiveSuite(comm, h, device, cnt, backend));
+  RANK_OK(flagcxCommDestroy(comm));
+  RANK_OK(flagcxDeviceHandleFree(h));
+  return 0;
+}
+
+TEST(CudaComm, NcclPassThroughOneRank) {
+  mr::Result r = mr::run(1, [](int rank, int n, flagcxUniqueId *id) {
+    return cudaRank(rank, n, id, "nccl", true, 1000);
+  }, {{{"FLAGCX_USE_HETERO_COMM", "0"}}});
+  if (r.status[0] == kNcclMissing) GTEST_SKIP() << "NCCL is not loadable (FLAGCX_NCCL_LIB)";
+  EXPECT_TRUE(r.allOk()) << r.describe();
+}
+
+// Two ranks on one GPU (CUDA_VISIBLE_DEVICES=0): NCCL refuses a shared
+// device, so the communicator must fall back to the engine, whose stream work
+// runs on the CUDA adapter's progress thread (host buffers: device buffers
+// through the engine are a separate case below).
+TEST(CudaComm, TwoRanksOneGpuFallBackToEngine) {
+  mr::Result r = mr::run(2, [](int rank, int n, flagcxUniqueId *id) {
+    return cudaRank(rank, n, id, "engine", false, 4099);
+  }, {{{"FLAGCX_USE_HETERO_COMM", "0"}, {"CUDA_VISIBLE_DEVICES", "0"}}});
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_TRUE(r.allOk()) << r.describe();
+}
+
+TEST(CudaComm, TwoRanksDeviceBuffersNcclWhenTwoGpus) {
+  mr::Result r = mr::run(2, [](int rank, int n, flagcxUniqueId *id) {
+    flagcxDeviceHandle_t h;
+    setDeviceEnv("cuda");
+    RANK_OK(flagcxDeviceHandleInit(&h));
+    int ngpu = 0;
+    RANK_OK(h->getDeviceCount(&ngpu));
+    if (ngpu < 2) return kNcclMissing;
+    return cudaRank(rank, n, id, "nccl", true, 1 << 16);
+  }, {{{"FLAGCX_USE_HETERO_COMM", "0"}}});
+  if (r.status[0] == kNcclMissing) GTEST_SKIP() << "needs 2 GPUs and NCCL (NCCL refuses two ranks on one GPU)";
+  EXPECT_TRUE(r.allOk()) << r.describe();
+}
+
+// The engine on device buffers (ranks sharing GPU 0) needs host staging in
+// the executor; run with GPUTEST_ENGINE_DEVBUF=1 once that is in.
+TEST(CudaComm, EngineDeviceBuffersSharedGpu) {
+  const char *on = getenv("GPUTEST_ENGINE_DEVBUF");
+  if (!on || strcmp(on, "1") != 0)
+    GTEST_SKIP() << "device buffers through the engine: set GPUTEST_ENGINE_DEVBUF=1 to run";
+  for (int n : {2, 4}) {
+    mr::Result r = mr::run(n, [](int rank, int nr, flagcxUniqueId *id) {
+      return cudaRank(rank, nr, id, "engine", true, 4099);
+    }, {{{"FLAGCX_USE_HETERO_COMM", "1"}}});
+    EXPECT_TRUE(r.allOk()) << n << " ranks: " << r.describe();
+  }
+}
+
+// 2 CUDA ranks + 2 host ranks in one communicator, host buffers.
+TEST(CudaComm, MixedCudaAndHostRanks) {
+  mr::Result r = mr::run(4, [](int rank, int nranks, flagcxUniqueId *id) {
+    bool cuda = rank < 2;
+    setDeviceEnv(cuda ? "cuda" : "host");
+    flagcxDeviceHandle_t h;
+    RANK_OK(flagcxDeviceHandleInit(&h));
+    char vendor[128] = {};
+    RANK_OK(h->getVendor(vendor));
+    RANK_CHECK(strcmp(vendor, cuda ? "NVIDIA" : "host") == 0, "vendor %s", vendor);
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
+    int homo = -1;
+    RANK_OK(flagcxIsHomoComm(comm, &homo));
+    RANK_CHECK(homo == 0, "a mixed communicator reports homogeneous");
+    RANK_CHECK(!comm->ccl, "a mixed communicator got a vendor CCL");
+    SUB(collectiveSuite(comm, h, false, 4099, "mixed"));
+    RANK_OK(flagcxCommDestroy(comm));
+    RANK_OK(flagcxDeviceHandleFree(h));
+    return 0;
+  }, {{{"FLAGCX_USE_HETERO_COMM", "0"}}});
+  EXPECT_TRUE(r.allOk()) << r.describe();
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (int rc = gputest::skipUnlessGpu("test_cuda_multi")) return rc;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Build flagcx with CUDA and run the GPU tests and the GPU benchmark on this
+# machine; prints one summary at the end.  Needs nvcc and a usable GPU (without
+# one the tests report SKIP).
+#
+#   tools/gpu-check.sh [builddir]        (default: build-gpu)
+#
+# Environment:
+#   GPU_CHECK_OUT=dir        logs go there too (default: <builddir>/gpu-check)
+#   GPU_CHECK_BENCH_MIB=N    largest benchmark buffer in MiB (default 1024)
+#   GPU_CHECK_EXTRA_TESTS=1  also build and run the CPU quick suite
+#   GPUTEST_ENGINE_DEVBUF=1  also run device buffers through the engine
+#   GPU_CHECK_PREBUILT=1     use the binaries already in <builddir> (no meson,
+#                            no ninja): a build made elsewhere with the same layout
+#   FLAGCX_NCCL_LIB=path     NCCL to load (default: libnccl.so.2, else a pip
+#                            nvidia-nccl package is looked for)
+#
+# Machines without LuaJIT / yaml-cpp / GoogleTest development files: put the
+# Debian packages (libluajit-5.1-2 libluajit-5.1-common libluajit-5.1-dev
+# libyaml-cpp0.7 libyaml-cpp-dev libgtest-dev, and pkgconf pkgconf-bin
+# libpkgconf3 where pkg-config is missing) in .carry/gpu-deps/debs: they are
+# unpacked under .carry/gpu-deps/root (never into /) and used from there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build-gpu}
+OUTDIR=${GPU_CHECK_OUT:-$B/gpu-check}
+MIB=${GPU_CHECK_BENCH_MIB:-1024}
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
+
+say() { echo "== $*"; }
+
+# ---- carried build dependencies ----
+DEBS=.carry/gpu-deps/debs
+if [ -d "$DEBS" ] && ! pkg-config --exists luajit yaml-cpp gtest 2>/dev/null; then
+  ROOT=$PWD/.carry/gpu-deps/root
+  if [ ! -d "$ROOT" ]; then
+    mkdir -p "$ROOT"
+    for f in "$DEBS"/*.deb; do dpkg -x "$f" "$ROOT"; done
+    for pc in "$ROOT"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+      sed -i "s#^\(prefix\|libdir\|includedir\)=/usr#\1=$ROOT/usr#" "$pc"
+    done
+  fi
+  export PKG_CONFIG_PATH=$ROOT/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$ROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if ! command -v pkg-config >/dev/null; then export PKG_CONFIG=$ROOT/usr/bin/pkgconf; fi
+  say "using carried packages from $ROOT"
+fi
+export PATH=$PATH:/usr/local/cuda/bin
+
+# ---- NCCL for the pass-through tests ----
+if [ -z "${FLAGCX_NCCL_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  cand=$(python3 - 2>/dev/null <<'EOF'
+import os
+try:
+    import nvidia.nccl as m
+    for d in m.__path__:
+        p = os.path.join(d, "lib", "libnccl.so.2")
+        if os.path.exists(p):
+            print(p); break
+except Exception:
+    pass
+EOF
+)
+  [ -z "$cand" ] && cand=$(find /usr/local /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
+  if [ -n "$cand" ]; then export FLAGCX_NCCL_LIB=$cand; fi
+fi
+
+{
+  say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  say "host: $(uname -n), $(nproc) cores"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/   gpu: /'
+  echo "   nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1)"
+  echo "   FLAGCX_NCCL_LIB=${FLAGCX_NCCL_LIB:-libnccl.so.2 (default)}"
+} | tee "$OUTDIR/env.txt"
+
+# ---- build ----
+if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
+  say "prebuilt binaries in $B"
+elif [ ! -f "$B/build.ninja" ]; then
+  meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 >"$OUTDIR/setup.log" 2>&1 ||
+    { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
+fi
+targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/bench_cuda"
+[ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
+if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
+  :
+elif say "build ($B)" && ! ninja -C "$B" $targets >"$OUTDIR/build.log" 2>&1; then
+  grep -E "error|FAILED" "$OUTDIR/build.log" | head -40
+  echo "gpu-check: build failed (log: $OUTDIR/build.log)"
+  exit 1
+fi
+
+# ---- tests ----
+declare -A result
+run_test() {  # name, command...
+  local name=$1; shift
+  say "test $name"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee "$OUTDIR/$name.log"
+  local rc=${PIPESTATUS[0]}
+  case $rc in
+    0) result[$name]="PASS ($((SECONDS - t0)) s)" ;;
+    77) result[$name]="SKIP" ;;
+    *) result[$name]="FAIL (exit $rc)" ;;
+  esac
+}
+run_test cuda-adapter timeout 300 "$B/tests/gpu/test_cuda_adapter"
+run_test cuda-multi timeout 600 "$B/tests/gpu/test_cuda_multi"
+run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
+if [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ]; then
+  say "CPU quick suite"
+  meson test -C "$B" --suite quick --num-processes 4 >"$OUTDIR/quick.log" 2>&1
+  result[quick-suite]=$([ $? = 0 ] && echo PASS || echo "FAIL (see quick.log)")
+  tail -12 "$OUTDIR/quick.log"
+fi
+
+say "summary"
+fail=0
+for k in "${!result[@]}"; do
+  printf '   %-14s %s\n' "$k" "${result[$k]}"
+  case ${result[$k]} in FAIL*) fail=1 ;; esac
+done | sort | tee "$OUTDIR/summary.txt"
+grep -q FAIL "$OUTDIR/summary.txt" && fail=1
+exit $fail
