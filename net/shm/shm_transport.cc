@@ -147,13 +147,16 @@ class Segment {
 bool processGone(pid_t pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0) return errno == ESRCH;
+  // open/read into a stack buffer: this runs from progress loops, which
+  // must not allocate (stdio would).
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  FILE *f = fopen(path, "r");
-  if (f == nullptr) return errno == ENOENT;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
   char buf[512];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
+  ssize_t got = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  size_t n = got > 0 ? static_cast<size_t>(got) : 0;
   buf[n] = 0;
   // "pid (comm) S ...": the state follows the last ')'.
   const char *p = strrchr(buf, ')');

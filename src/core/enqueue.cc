@@ -55,7 +55,7 @@ Job *takeJob(flagcxComm *comm) {
   }
   if (!j) j = new Job();
   j->comm = comm;
-  j->colls.clear();
+  j->ncolls = 0;
   j->p2p.clear();
   j->stream = nullptr;
   return j;
@@ -463,7 +463,8 @@ flagcxResult_t runJob(void *arg) {
   flagcxComm *comm = j->comm;
   logSetRank(comm->rank);
   flagcxResult_t res = commWaitTurn(comm, j->ticket);
-  for (auto &c : j->colls) {
+  for (size_t k = 0; k < j->ncolls; k++) {
+    CollItem &c = j->colls[k];
     if (res != flagcxSuccess) break;
     c.flight = nullptr;
     res = comm->staged ? runCollStaged(comm, c) : runColl(comm, c);
@@ -568,9 +569,12 @@ flagcxResult_t enqueueColl(flagcxComm *comm, const CollArgs &args, flagcxStream_
   bool implicit = t_group.depth == 0;
   if (implicit) groupStart();
   Job *j = groupJob(comm, stream);
-  CollItem ci;
+  // Reuse a pooled item (and its vector's capacity): no allocation per call.
+  if (j->ncolls == j->colls.size()) j->colls.emplace_back();
+  CollItem &ci = j->colls[j->ncolls++];
   ci.a = args;
   ci.seq = comm->collSeq++;
+  ci.flight = nullptr;
   if (args.op == OpKind::AlltoAllv) {
     size_t n = static_cast<size_t>(comm->nranks);
     ci.v.resize(4 * n);
@@ -579,7 +583,6 @@ flagcxResult_t enqueueColl(flagcxComm *comm, const CollArgs &args, flagcxStream_
     std::copy(args.recvcounts, args.recvcounts + n, ci.v.begin() + static_cast<long>(2 * n));
     std::copy(args.rdispls, args.rdispls + n, ci.v.begin() + static_cast<long>(3 * n));
   }
-  j->colls.push_back(std::move(ci));
   return implicit ? groupEnd() : flagcxSuccess;
 }
 

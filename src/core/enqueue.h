@@ -39,7 +39,8 @@ struct Job {
   flagcxComm *comm = nullptr;
   uint64_t ticket = 0;
   flagcxStream_t stream = nullptr;
-  std::vector<CollItem> colls;
+  std::vector<CollItem> colls;  // the first ncolls are this job's; the rest keep capacity
+  size_t ncolls = 0;
   std::vector<P2PItem> p2p;
 };
 
