@@ -316,12 +316,13 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
     if (l.rPull) {
       // Pull in pieces so that one call never stays away for long.
       constexpr uint64_t kPiece = 2u << 20;
-      while (l.rDone < l.rLen) {
+      if (l.rDone < l.rLen) {
         uint64_t n = std::min(kPiece, l.rLen - l.rDone);
         flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rAddr + l.rDone, n);
         if (rc != flagcxSuccess) return fail(rc);
         l.rDone += n;
         *moved = true;
+        if (l.rDone < l.rLen) return flagcxSuccess;  // one piece per call
       }
       l.pipe->ackPull();
     } else if (l.rDone < l.rLen) {

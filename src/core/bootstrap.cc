@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <set>
 #include <map>
 #include <thread>
 
@@ -22,68 +24,131 @@ struct RootReply {
   char text[252];
 };
 
+// Authenticates accepted connections, each on its own short-lived thread, so
+// that a silent or hostile client can neither hold up the real ranks nor
+// delay a shutdown: stop() cuts every handshake still in progress.
+class Authenticator {
+ public:
+  // `onHello` runs on the handshake thread after the proof checked out; it
+  // owns fd from then on.
+  using OnHello = std::function<void(int fd, const Hello &h)>;
+  Authenticator(const Secret &secret, uint32_t kind, OnHello onHello)
+      : secret_(secret), kind_(kind), onHello_(std::move(onHello)) {}
+  ~Authenticator() { stop(); }
+  void add(int fd) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_) {
+      close(fd);
+      return;
+    }
+    active_.insert(fd);
+    threads_.emplace_back([this, fd] {
+      Hello h{};
+      bool ok = serverHandshake(fd, secret_, kind_, &h, deadlineFromTimeout()) == flagcxSuccess;
+      {
+        std::lock_guard<std::mutex> lk2(mu_);
+        active_.erase(fd);
+        if (stopped_) ok = false;
+      }
+      if (ok) onHello_(fd, h);
+      else close(fd);
+    });
+  }
+  void stop() {
+    std::vector<std::thread> ts;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopped_ = true;
+      for (int fd : active_) shutdown(fd, SHUT_RDWR);
+      ts.swap(threads_);
+    }
+    for (auto &t : ts) t.join();
+  }
+
+ private:
+  Secret secret_;
+  uint32_t kind_;
+  OnHello onHello_;
+  std::mutex mu_;
+  std::set<int> active_;
+  std::vector<std::thread> threads_;
+  bool stopped_ = false;
+};
+
 // The rendezvous server: started by flagcxGetUniqueId (or by rank 0 when the
 // id comes from FLAGCX_COMM_ID); serves one communicator, then exits.
 void rootMain(int listenFd, Secret secret) {
+  std::mutex mu;
   std::map<int, int> fds;  // rank -> fd
   std::vector<PeerInfo> infos;
   int nranks = -1;
   bool started = false;
   Clock::time_point deadline = Clock::time_point::max();
-  auto fail = [&](const std::string &msg) {
+  auto reject = [](int fd, const char *fmt, int a, int b, int c) {
     RootReply r{};
     r.status = 1;
-    snprintf(r.text, sizeof(r.text), "%s", msg.c_str());
+    snprintf(r.text, sizeof(r.text), fmt, a, b, c);
+    sendAll(fd, &r, sizeof(r), Clock::now() + std::chrono::seconds(2));
+    close(fd);
+  };
+  Authenticator auth(secret, 1, [&](int fd, const Hello &h) {
+    PeerInfo pi;
+    if (recvAll(fd, &pi, sizeof(pi), Clock::now() + std::chrono::seconds(5)) != flagcxSuccess) {
+      close(fd);
+      return;
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    if (!started) {
+      started = true;
+      nranks = h.nranks;
+      deadline = deadlineFromTimeout();
+      infos.assign(static_cast<size_t>(nranks > 0 ? nranks : 0), PeerInfo());
+    }
+    if (h.nranks != nranks || h.rank < 0 || h.rank >= nranks || fds.count(h.rank)) {
+      WARN(kBootstrap, "bootstrap root: rank %d (nranks %d) conflicts with this communicator "
+           "(nranks %d%s)", h.rank, h.nranks, nranks, fds.count(h.rank) ? ", rank taken" : "");
+      reject(fd, "rank %d/nranks %d conflicts with the communicator (nranks %d)", h.rank,
+             h.nranks, nranks);
+      return;
+    }
+    fds[h.rank] = fd;
+    infos[static_cast<size_t>(h.rank)] = pi;
+  });
+  auto complete = [&] {
+    std::lock_guard<std::mutex> lk(mu);
+    return nranks >= 0 && static_cast<int>(fds.size()) >= nranks;
+  };
+  bool timedOut = false;
+  while (!complete()) {
+    int fd = -1;
+    if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd) != flagcxSuccess)
+      break;
+    if (fd >= 0) auth.add(fd);
+    std::lock_guard<std::mutex> lk(mu);
+    if (started && Clock::now() >= deadline) {
+      timedOut = true;
+      break;
+    }
+  }
+  close(listenFd);
+  auth.stop();
+  std::lock_guard<std::mutex> lk(mu);
+  if (timedOut || static_cast<int>(fds.size()) < nranks) {
+    std::string missing;
+    for (int r = 0; r < nranks; r++)
+      if (!fds.count(r)) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    WARN(kBootstrap, "bootstrap root: rank(s) %s never arrived within FLAGCX_TIMEOUT=%lds",
+         missing.c_str(), static_cast<long>(paramInt(Param::TIMEOUT)));
+    RootReply r{};
+    r.status = 1;
+    snprintf(r.text, sizeof(r.text), "rank(s) %s never arrived at the bootstrap root within FLAGCX_TIMEOUT",
+             missing.c_str());
     auto dl = Clock::now() + std::chrono::seconds(2);
     for (auto &[rk, fd] : fds) {
       sendAll(fd, &r, sizeof(r), dl);
       close(fd);
     }
-    fds.clear();
-  };
-  while (nranks < 0 || static_cast<int>(fds.size()) < nranks) {
-    int fd = -1;
-    auto waitUntil = started ? deadline : Clock::now() + std::chrono::hours(24 * 365);
-    if (acceptOne(listenFd, waitUntil, &fd) != flagcxSuccess) break;
-    if (fd < 0) {
-      std::string missing;
-      for (int r = 0; r < nranks; r++)
-        if (!fds.count(r)) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-      WARN(kBootstrap, "bootstrap root: rank(s) %s never arrived within FLAGCX_TIMEOUT=%lds",
-           missing.c_str(), static_cast<long>(paramInt(Param::TIMEOUT)));
-      fail("rank(s) " + missing + " never arrived at the bootstrap root within FLAGCX_TIMEOUT");
-      close(listenFd);
-      return;
-    }
-    Hello h{};
-    if (serverHandshake(fd, secret, 1, &h, deadlineFromTimeout()) != flagcxSuccess) {
-      close(fd);
-      continue;
-    }
-    PeerInfo pi;
-    if (recvAll(fd, &pi, sizeof(pi), Clock::now() + std::chrono::seconds(5)) != flagcxSuccess) {
-      close(fd);
-      continue;
-    }
-    if (!started) {
-      started = true;
-      nranks = h.nranks;
-      deadline = deadlineFromTimeout();
-      infos.assign(static_cast<size_t>(nranks), PeerInfo());
-    }
-    if (h.nranks != nranks || h.rank < 0 || h.rank >= nranks || fds.count(h.rank)) {
-      WARN(kBootstrap, "bootstrap root: rank %d (nranks %d) conflicts with this communicator "
-           "(nranks %d%s)", h.rank, h.nranks, nranks, fds.count(h.rank) ? ", rank taken" : "");
-      RootReply r{};
-      r.status = 1;
-      snprintf(r.text, sizeof(r.text), "rank %d/nranks %d conflicts with the communicator (nranks %d)",
-               h.rank, h.nranks, nranks);
-      sendAll(fd, &r, sizeof(r), Clock::now() + std::chrono::seconds(2));
-      close(fd);
-      continue;
-    }
-    fds[h.rank] = fd;
-    infos[static_cast<size_t>(h.rank)] = pi;
+    return;
   }
   RootReply ok{};
   auto dl = deadlineFromTimeout();
@@ -92,7 +157,6 @@ void rootMain(int listenFd, Secret secret) {
       sendAll(fd, infos.data(), infos.size() * sizeof(PeerInfo), dl);
     close(fd);
   }
-  close(listenFd);
 }
 
 }  // namespace
@@ -121,32 +185,31 @@ struct Bootstrap::Impl {
   int rank = 0, nranks = 0;
 
   // Peers connect whenever they first send to us: a small thread accepts
-  // and authenticates them, so a send never waits for the receiver to call
-  // recv.  Connections without the secret are dropped (and logged).
+  // them and the authenticator checks each on its own thread, so a send
+  // never waits for the receiver to call recv and a stranger cannot stall
+  // anyone.  Connections without the secret are dropped (and logged).
+  std::unique_ptr<Authenticator> auth;
   void acceptLoop() {
     while (!stop.load()) {
       int fd = -1;
       if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd) != flagcxSuccess)
         return;
-      if (fd < 0) continue;
-      Hello h{};
-      if (serverHandshake(fd, secret, 2, &h, deadlineFromTimeout()) != flagcxSuccess ||
-          h.rank < 0 || h.rank >= nranks) {
-        close(fd);
-        continue;
-      }
-      std::lock_guard<std::mutex> lk(mu);
-      if (in[static_cast<size_t>(h.rank)] >= 0) {
-        close(fd);
-        continue;
-      }
-      in[static_cast<size_t>(h.rank)] = fd;
+      if (fd >= 0) auth->add(fd);
     }
+  }
+  void registerPeer(int fd, const Hello &h) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (h.rank < 0 || h.rank >= nranks || in[static_cast<size_t>(h.rank)] >= 0) {
+      close(fd);
+      return;
+    }
+    in[static_cast<size_t>(h.rank)] = fd;
   }
 
   ~Impl() {
     stop = true;
     if (acceptor.joinable()) acceptor.join();
+    if (auth) auth->stop();
     for (int fd : out)
       if (fd >= 0) close(fd);
     for (int fd : in)
@@ -225,6 +288,8 @@ flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
     WARN(kBootstrap, "rank %d: bootstrap failed: %s", rank, reply.text);
     return flagcxRemoteError;
   }
+  im.auth = std::make_unique<Authenticator>(
+      im.secret, 2, [&im](int fd, const Hello &h) { im.registerPeer(fd, h); });
   im.acceptor = std::thread([&im] { im.acceptLoop(); });
   bs->peers_.resize(static_cast<size_t>(nranks));
   res = recvAll(rootFd, bs->peers_.data(), bs->peers_.size() * sizeof(PeerInfo), deadline);
