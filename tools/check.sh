@@ -2,14 +2,19 @@
 # The test command: install what is missing, build, run the quick suite.
 #   tools/check.sh            quick suite in build/
 #   tools/check.sh --full     also the full suite
+#   tools/check.sh --sanitize also the quick suite under address+undefined
+#                             (build-asan/) and the multi-rank tests under
+#                             thread (build-tsan/); any report fails the run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
 full=0
+sanitize=0
 for a in "$@"; do
   case "$a" in
     --full) full=1 ;;
-    *) echo "usage: tools/check.sh [--full]" >&2; exit 2 ;;
+    --sanitize) sanitize=1 ;;
+    *) echo "usage: tools/check.sh [--full] [--sanitize]" >&2; exit 2 ;;
   esac
 done
 [ -f build/build.ninja ] || meson setup build
@@ -18,4 +23,25 @@ export UCX_NET_DEVICES=lo
 meson test -C build --suite quick --print-errorlogs --num-processes 2
 if [ "$full" = 1 ]; then
   meson test -C build --suite full --print-errorlogs --num-processes 1
+fi
+if [ "$sanitize" = 1 ]; then
+  # Address + undefined behaviour: the whole quick suite.  Child ranks leave
+  # with _exit(), so LeakSanitizer only judges the test processes themselves.
+  [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false
+  ninja -C build-asan
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+  LSAN_OPTIONS=suppressions=$PWD/tests/reliability/lsan.supp \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    meson test -C build-asan --suite quick --print-errorlogs --num-processes 1 \
+      --timeout-multiplier 3
+  # Thread: the multi-rank tests (mr-*, net-* transports, rel-*).  Ranks are
+  # forked from a process that already runs the rendezvous thread, hence
+  # die_after_fork=0.
+  [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread
+  ninja -C build-tsan
+  mapfile -t mr_tests < <(meson test -C build-tsan --list --suite quick 2>/dev/null |
+    sed -n 's#^.* / \(\(mr\|net\|rel\)-.*\)$#\1#p' | grep -v '^net-framing$')
+  TSAN_OPTIONS=halt_on_error=1:die_after_fork=0:second_deadlock_stack=1 \
+    meson test -C build-tsan --print-errorlogs --num-processes 1 --timeout-multiplier 4 \
+      "${mr_tests[@]}"
 fi

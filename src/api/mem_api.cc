@@ -6,6 +6,10 @@ using namespace flagcx;
 
 extern "C" flagcxResult_t flagcxMemAlloc(void **ptr, size_t size) {
   API_CHECK(checkPtr("flagcxMemAlloc", "ptr", ptr));
+  *ptr = nullptr;
+  // Far beyond any machine; also keeps the adapters' rounding from wrapping.
+  if (size > (size_t(1) << 56))
+    return argError(flagcxInvalidArgument, kAlloc, "flagcxMemAlloc: size %zu is not allocatable", size);
   DeviceAdapter *dev = selectedAdapter();
   if (!dev) return argError(flagcxInvalidUsage, kAlloc, "flagcxMemAlloc: no device adapter");
   return dev->handle()->deviceMalloc(ptr, size, flagcxMemDevice, nullptr);

@@ -102,6 +102,7 @@ std::string compareFlightDumps(const std::vector<std::string> &files, bool *ok) 
   };
   struct RankDump {
     int rank = -1;
+    int nranks = 0;
     std::map<uint64_t, Op> ops;
     uint64_t lastDone = 0;
     bool anyDone = false;
@@ -123,7 +124,7 @@ std::string compareFlightDumps(const std::vector<std::string> &files, bool *ok) 
       std::istringstream ls(line);
       if (line.rfind("flagcx-flight-recorder", 0) == 0) {
         std::string w;
-        ls >> w >> w >> d.rank;
+        ls >> w >> w >> d.rank >> w >> d.nranks;
         continue;
       }
       uint64_t seq;
@@ -172,6 +173,23 @@ std::string compareFlightDumps(const std::vector<std::string> &files, bool *ok) 
     uint64_t v = d.anyDone ? d.lastDone + 1 : 0;
     minDone = std::min(minDone, v);
     maxDone = std::max(maxDone, v);
+  }
+  // Ranks that left no dump never saw an error: when every rank that did
+  // waits in the same operation, the silent ones are the ones that stopped.
+  int nr = 0;
+  for (auto &d : dumps) nr = std::max(nr, d.nranks);
+  std::vector<int> missing;
+  for (int r = 0; r < nr; r++) {
+    bool have = false;
+    for (auto &d : dumps) have = have || d.rank == r;
+    if (!have) missing.push_back(r);
+  }
+  if (minDone == maxDone && !missing.empty()) {
+    out << "STOPPED FIRST:";
+    for (int r : missing) out << " rank " << r;
+    out << " (left no dump while the others wait in operation #" << maxDone << ")\n";
+    *ok = true;
+    return out.str();
   }
   if (minDone == maxDone) {
     out << "all " << dumps.size() << " ranks completed the same operations (through #"

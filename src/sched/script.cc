@@ -21,6 +21,15 @@ extern "C" {
 
 namespace flagcx {
 
+// Field reads outside a protected call must not run metamethods: a script's
+// table with an __index that raises would otherwise make LuaJIT panic and
+// exit the whole process (found by the script fuzzer).
+static void rawField(lua_State *L, int idx, const char *k) {
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+  lua_pushstring(L, k);
+  lua_rawget(L, idx);
+}
+
 struct Sandbox::State {
   size_t used = 0;
   size_t cap = 0;
@@ -401,28 +410,28 @@ bool Script::init(const std::string &chunkName, const std::string &text, std::st
     *err = chunkName + ": " + m;
     return false;
   };
-  lua_getfield(L_, t, "name");
+  rawField(L_, t, "name");
   if (!lua_isstring(L_, -1) || lua_type(L_, -1) != LUA_TSTRING)
     return fieldErr("field 'name' must be a string");
   name_ = lua_tostring(L_, -1);
   if (!validName(name_)) return fieldErr("field 'name' must be letters, digits, '_' or '-'");
-  lua_getfield(L_, t, "op");
+  rawField(L_, t, "op");
   if (lua_type(L_, -1) != LUA_TSTRING) return fieldErr("field 'op' must be a string");
   if (!opFromName(lua_tostring(L_, -1), &op_))
     return fieldErr(std::string("unknown op '") + lua_tostring(L_, -1) +
                     "' (allreduce, reduce, broadcast, allgather, gather, reducescatter, "
                     "scatter, alltoall, alltoallv, barrier)");
-  lua_getfield(L_, t, "build");
+  rawField(L_, t, "build");
   if (!lua_isfunction(L_, -1)) return fieldErr("field 'build' must be a function build(s)");
-  lua_getfield(L_, t, "chunks");
+  rawField(L_, t, "chunks");
   if (!lua_isfunction(L_, -1) && lua_type(L_, -1) != LUA_TNUMBER)
     return fieldErr("field 'chunks' must be a function chunks(nranks) or a number");
-  lua_getfield(L_, t, "description");
+  rawField(L_, t, "description");
   if (lua_type(L_, -1) == LUA_TSTRING) description_ = lua_tostring(L_, -1);
-  lua_getfield(L_, t, "cost");
+  rawField(L_, t, "cost");
   if (!lua_isnil(L_, -1) && !lua_istable(L_, -1))
     return fieldErr("field 'cost' must be a table {steps=..., bytes=...}");
-  lua_getfield(L_, t, "requires");
+  rawField(L_, t, "requires");
   if (lua_isnil(L_, -1)) {
     requirements_ = "none";
   } else if (lua_isfunction(L_, -1)) {
@@ -443,7 +452,7 @@ bool Script::init(const std::string &chunkName, const std::string &text, std::st
     }
     // Described in a fixed order (table iteration order is not).
     for (const char *key : {"pow2", "min_ranks", "max_ranks", "multiple_of"}) {
-      lua_getfield(L_, rq, key);
+      rawField(L_, rq, key);
       if (lua_type(L_, -1) == LUA_TNUMBER)
         requirements_ += (requirements_.empty() ? "" : ", ") + std::string(key) + "=" +
                          std::to_string(static_cast<long long>(lua_tonumber(L_, -1)));
@@ -465,7 +474,7 @@ bool Script::init(const std::string &chunkName, const std::string &text, std::st
 // (nresults must then be 1).
 bool Script::callField(const char *field, const Topo &t, int nresults, std::string *err) {
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
-  lua_getfield(L_, -1, field);
+  rawField(L_, -1, field);
   lua_remove(L_, -2);
   if (!lua_isfunction(L_, -1)) return true;
   lua_pushinteger(L_, t.nranks);
@@ -475,7 +484,7 @@ bool Script::callField(const char *field, const Topo &t, int nresults, std::stri
 
 bool Script::supports(const Topo &t, std::string *why) {
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
-  lua_getfield(L_, -1, "requires");
+  rawField(L_, -1, "requires");
   lua_remove(L_, -2);
   int top = lua_gettop(L_);
   bool ok = true;
@@ -491,22 +500,22 @@ bool Script::supports(const Topo &t, std::string *why) {
   }
   if (lua_istable(L_, -1)) {
     int n = t.nranks;
-    lua_getfield(L_, top, "pow2");
+    rawField(L_, top, "pow2");
     if (lua_toboolean(L_, -1) && (n & (n - 1)) != 0) {
       ok = false;
       *why = "needs a power-of-two number of ranks";
     }
-    lua_getfield(L_, top, "min_ranks");
+    rawField(L_, top, "min_ranks");
     if (ok && lua_isnumber(L_, -1) && n < lua_tonumber(L_, -1)) {
       ok = false;
       *why = "needs at least " + std::to_string(lua_tointeger(L_, -1)) + " ranks";
     }
-    lua_getfield(L_, top, "max_ranks");
+    rawField(L_, top, "max_ranks");
     if (ok && lua_isnumber(L_, -1) && n > lua_tonumber(L_, -1)) {
       ok = false;
       *why = "needs at most " + std::to_string(lua_tointeger(L_, -1)) + " ranks";
     }
-    lua_getfield(L_, top, "multiple_of");
+    rawField(L_, top, "multiple_of");
     if (ok && lua_isnumber(L_, -1) && lua_tointeger(L_, -1) > 0 &&
         n % lua_tointeger(L_, -1) != 0) {
       ok = false;
@@ -534,14 +543,14 @@ bool Script::chunks(const Topo &t, int *n, std::string *err) {
 bool Script::numberField(const char *table, const char *field, const Topo &t, double def,
                          double *v, std::string *err) {
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
-  lua_getfield(L_, -1, table);
+  rawField(L_, -1, table);
   lua_remove(L_, -2);
   if (!lua_istable(L_, -1)) {
     lua_pop(L_, 1);
     *v = def;
     return true;
   }
-  lua_getfield(L_, -1, field);
+  rawField(L_, -1, field);
   lua_remove(L_, -2);
   if (lua_isnil(L_, -1)) {
     lua_pop(L_, 1);
@@ -574,7 +583,7 @@ bool Script::buildRank(const Topo &t, int nchunks, int rank, int root, RankSched
   out->nstages = 0;
   BuildCtx c{op_, t.nranks, rank, root, t.ranksPerHost, nchunks, out};
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
-  lua_getfield(L_, -1, "build");
+  rawField(L_, -1, "build");
   lua_remove(L_, -2);
   pushBuilder(L_, &c);
   if (!sb_->pcall(1, 0, err)) return false;

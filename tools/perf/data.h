@@ -1,0 +1,170 @@
+// Test data for the benchmarks: rank- and index-dependent values that every
+// dtype holds exactly, typed fill and check loops, and half/bfloat16
+// conversions of our own.  Values repeat with period kPeriod in the index, so
+// a fill or a check costs one table look-up per element.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "flagcx.h"
+
+namespace perf {
+
+constexpr size_t kPeriod = 21;  // lcm of the two patterns below (7 and 3)
+
+// The value rank `rank` contributes at index `i` for reduction `op`
+// (products stay small: factors are 1 or 2).
+inline double sourceValue(int rank, size_t i, flagcxRedOp_t op) {
+  if (op == flagcxProd) return ((static_cast<size_t>(rank) * 7 + i) % 3 == 0) ? 2 : 1;
+  return static_cast<double>((static_cast<size_t>(rank) * 3 + i * 5) % 7 + 1 + (rank % 2) * 8);
+}
+
+struct Half { uint16_t bits; };
+struct Bf16 { uint16_t bits; };
+
+inline uint16_t floatToHalfBits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int e = static_cast<int>((x >> 23) & 0xffu) - 127 + 15;
+  uint32_t m = x & 0x7fffffu;
+  if (((x >> 23) & 0xffu) == 0xffu) return static_cast<uint16_t>(sign | 0x7c00u | (m ? 0x200u : 0));
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {  // subnormal half (or zero)
+    if (e < -10) return static_cast<uint16_t>(sign);
+    m |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t h = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) h++;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = sign | (static_cast<uint32_t>(e) << 10) | (m >> 13), rest = m & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+  return static_cast<uint16_t>(h);
+}
+
+inline float halfBitsToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) ? 1 : 0, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  float v;
+  if (e == 0) v = std::ldexp(static_cast<float>(m), -24);
+  else if (e == 31) v = m ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<float>(m | 0x400u), static_cast<int>(e) - 25);
+  return sign ? -v : v;
+}
+
+inline uint16_t floatToBf16Bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+inline float bf16BitsToFloat(uint16_t b) {
+  uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+// Conversions between a double and each element type (integers wrap as a
+// store into the type does).
+template <class T> inline T fromDouble(double v) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<int64_t>(v));
+  else return static_cast<T>(v);
+}
+template <> inline Half fromDouble<Half>(double v) { return {floatToHalfBits(static_cast<float>(v))}; }
+template <> inline Bf16 fromDouble<Bf16>(double v) { return {floatToBf16Bits(static_cast<float>(v))}; }
+template <class T> inline double toDouble(T v) { return static_cast<double>(v); }
+template <> inline double toDouble<Half>(Half v) { return halfBitsToFloat(v.bits); }
+template <> inline double toDouble<Bf16>(Bf16 v) { return bf16BitsToFloat(v.bits); }
+
+// p[i] = table[(idx0 + i) % kPeriod], the table given as doubles.
+template <class T> void fillTyped(void *buf, size_t n, size_t idx0, const double *table) {
+  T typed[kPeriod];
+  for (size_t k = 0; k < kPeriod; k++) typed[k] = fromDouble<T>(table[k]);
+  T *p = static_cast<T *>(buf);
+  size_t k = idx0 % kPeriod;
+  for (size_t i = 0; i < n; i++) {
+    p[i] = typed[k];
+    if (++k == kPeriod) k = 0;
+  }
+}
+
+// Number of elements of p[0..n) that differ from table[(idx0 + i) % kPeriod]
+// by more than `tol` (relative, at least 1 in absolute terms).
+template <class T> size_t checkTyped(const void *buf, size_t n, size_t idx0, const double *table,
+                                     double tol) {
+  const T *p = static_cast<const T *>(buf);
+  size_t k = idx0 % kPeriod, wrong = 0;
+  for (size_t i = 0; i < n; i++) {
+    double got = toDouble<T>(p[i]), want = table[k];
+    if (!(std::fabs(got - want) <= tol * std::fmax(1.0, std::fabs(want)))) wrong++;
+    if (++k == kPeriod) k = 0;
+  }
+  return wrong;
+}
+
+// Calls F<T>::call(args...) with T the element type of `dt`.
+template <template <class> class F, class... A> auto dispatch(flagcxDataType_t dt, A &&...args) {
+  switch (dt) {
+    case flagcxInt8: return F<int8_t>::call(args...);
+    case flagcxUint8: return F<uint8_t>::call(args...);
+    case flagcxInt32: return F<int32_t>::call(args...);
+    case flagcxUint32: return F<uint32_t>::call(args...);
+    case flagcxInt64: return F<int64_t>::call(args...);
+    case flagcxUint64: return F<uint64_t>::call(args...);
+    case flagcxFloat16: return F<Half>::call(args...);
+    case flagcxBfloat16: return F<Bf16>::call(args...);
+    case flagcxFloat64: return F<double>::call(args...);
+    default: return F<float>::call(args...);
+  }
+}
+
+template <class T> struct Fill {
+  static int call(void *b, size_t n, size_t i0, const double *t) { fillTyped<T>(b, n, i0, t); return 0; }
+};
+template <class T> struct Check {
+  static size_t call(const void *b, size_t n, size_t i0, const double *t, double tol) {
+    return checkTyped<T>(b, n, i0, t, tol);
+  }
+};
+template <class T> struct Store {  // the value as the type holds it
+  static double call(double v) { return toDouble<T>(fromDouble<T>(v)); }
+};
+
+inline bool isIntType(flagcxDataType_t dt) { return dt <= flagcxUint64; }
+
+inline double tolerance(flagcxDataType_t dt) {
+  if (isIntType(dt)) return 0;
+  if (dt == flagcxFloat16) return 1e-2;
+  if (dt == flagcxBfloat16) return 2e-2;
+  return 1e-5;
+}
+
+// table[k] = what `rank` sends at index k, as dtype holds it.
+inline void sourceTable(int rank, flagcxDataType_t dt, flagcxRedOp_t op, double *table) {
+  for (size_t k = 0; k < kPeriod; k++) table[k] = dispatch<Store>(dt, sourceValue(rank, k, op));
+}
+
+// table[k] = the reduction over all ranks at index k, as dtype holds it
+// (integers wrap; an integer average truncates).
+inline void reducedTable(int nranks, flagcxDataType_t dt, flagcxRedOp_t op, double *table) {
+  for (size_t k = 0; k < kPeriod; k++) {
+    double acc = dispatch<Store>(dt, sourceValue(0, k, op));
+    for (int r = 1; r < nranks; r++) {
+      double v = dispatch<Store>(dt, sourceValue(r, k, op));
+      switch (op) {
+        case flagcxProd: acc *= v; break;
+        case flagcxMax: acc = std::fmax(acc, v); break;
+        case flagcxMin: acc = std::fmin(acc, v); break;
+        default: acc += v; break;
+      }
+    }
+    if (op == flagcxAvg) acc = isIntType(dt) ? std::trunc(acc / nranks) : acc / nranks;
+    table[k] = dispatch<Store>(dt, acc);
+  }
+}
+
+}  // namespace perf
