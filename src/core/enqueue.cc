@@ -368,8 +368,8 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
     i = end;
   }
   if (a.redop == flagcxAvg && opReduces(a.op) && isRoot) {
-    size_t cnt = a.op == OpKind::ReduceScatter ? a.count : a.count;
-    FLAGCX_CHECK(comm->dev->divide(a.recv, a.recv, cnt, a.dtype, static_cast<uint64_t>(n), nullptr));
+    // Every reducing op's output holds `count` elements (reducescatter: its block).
+    FLAGCX_CHECK(comm->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
   }
   return flagcxSuccess;
 }
@@ -511,10 +511,10 @@ std::string tagText(uint64_t tag) {
   }
   unsigned op = (tag >> 36) & 0xF;
   char b[160];
-  snprintf(b, sizeof(b), "%s #%llu (%s, count%s %llu, root %llu)",
+  snprintf(b, sizeof(b), "%s #%llu (%s, count %llu, root %llu)",
            op < static_cast<unsigned>(OpKind::Count) ? opName(static_cast<OpKind>(op)) : "?",
            static_cast<unsigned long long>((tag >> 40) & 0xFFFFF),
-           dtypeName(static_cast<int>((tag >> 32) & 0xF)), "", 
+           dtypeName(static_cast<int>((tag >> 32) & 0xF)),
            static_cast<unsigned long long>(tag & 0xFFFFF),
            static_cast<unsigned long long>((tag >> 20) & 0xFFF));
   return b;
