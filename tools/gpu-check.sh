@@ -9,7 +9,7 @@
 #   GPU_CHECK_OUT=dir        logs go there too (default: <builddir>/gpu-check)
 #   GPU_CHECK_BENCH_MIB=N    largest benchmark buffer in MiB (default 1024)
 #   GPU_CHECK_EXTRA_TESTS=1  also build and run the CPU quick suite
-#   GPUTEST_ENGINE_DEVBUF=1  also run device buffers through the engine
+#   GPU_CHECK_MATRIX=0       skip the engine's correctness matrix on device buffers
 #   GPU_CHECK_PREBUILT=1     use the binaries already in <builddir> (no meson,
 #                            no ninja): a build made elsewhere with the same layout
 #   FLAGCX_NCCL_LIB=path     NCCL to load (default: libnccl.so.2, else a pip
@@ -81,7 +81,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/bench_cuda"
+targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/bench_cuda tests/gpu/bench_engine tests/mr/test_mr_coll"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -107,7 +107,18 @@ run_test() {  # name, command...
 }
 run_test cuda-adapter timeout 300 "$B/tests/gpu/test_cuda_adapter"
 run_test cuda-multi timeout 600 "$B/tests/gpu/test_cuda_multi"
+if [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
+  # The engine's correctness matrix (quick: nranks 1-5, every shipped
+  # algorithm, dtypes x ops x counts x in-place) on device buffers, ranks
+  # sharing the GPU: direct mode (CUDA IPC), then host staging for a part.
+  run_test matrix-direct env MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1 \
+    timeout 900 "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
+  run_test matrix-staged env MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1 \
+    FLAGCX_IPC_DISABLE=1 timeout 900 "$B/tests/mr/test_mr_coll" \
+    --gtest_filter='Collectives/*allreduce_ring*:Collectives/*alltoallv*:Collectives/*gather_binomial*'
+fi
 run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
+run_test engine-bench timeout 600 "$B/tests/gpu/bench_engine" 2 "$MIB"
 if [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ]; then
   say "CPU quick suite"
   meson test -C "$B" --suite quick --num-processes 4 >"$OUTDIR/quick.log" 2>&1

@@ -38,6 +38,34 @@ class DeviceAdapter {
                               flagcxStream_t stream) = 0;
   // Run `task` in stream order (NULL stream: now, on the calling thread).
   virtual flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) = 0;
+
+  // Direct exchange of device memory between processes of one host (CUDA
+  // IPC), used by the engine's direct mode (src/core/enqueue.cc).  The host
+  // adapter has none.  A reference is kIpcRefBytes of plain data naming the
+  // allocation that holds a pointer and the pointer's offset in it.
+  static constexpr size_t kIpcRefBytes = 96;
+  virtual bool ipcSupported() { return false; }
+  // Memory that ipcExport can name (device memory of this process).
+  virtual bool isDeviceMemory(const void *) { return false; }
+  virtual flagcxResult_t allocDevice(void **p, size_t) { *p = nullptr; return flagcxInternalError; }
+  virtual void freeDevice(void *) {}
+  virtual flagcxResult_t ipcExport(const void *, void * /*ref*/) { return flagcxInternalError; }
+  // Map the allocation named by `ref` (its offset ignored) and return its base.
+  virtual flagcxResult_t ipcImportBase(const void * /*ref*/, void ** /*base*/) { return flagcxInternalError; }
+  virtual flagcxResult_t ipcRelease(void * /*base*/) { return flagcxInternalError; }
+  // The offset a reference carries, and the bytes identifying its allocation.
+  virtual uint64_t ipcOffset(const void * /*ref*/) { return 0; }
+  virtual size_t ipcIdBytes() { return 0; }  // the id is the ref's first ipcIdBytes()
+  // Copy and reduce through the adapter's private stream without waiting:
+  // `flush` waits for everything issued so.  Defaults: the synchronous calls.
+  virtual flagcxResult_t copyAsync(void *dst, const void *src, size_t bytes) {
+    return copy(dst, src, bytes, nullptr);
+  }
+  virtual flagcxResult_t reduceAsync(void *dst, const void *a, const void *b, size_t count,
+                                     flagcxDataType_t dtype, flagcxRedOp_t op) {
+    return reduce(dst, a, b, count, dtype, op, nullptr);
+  }
+  virtual flagcxResult_t flush() { return flagcxSuccess; }
 };
 
 // The host adapter (always available).

@@ -65,6 +65,45 @@ bool commIsLive(const flagcxComm *comm) {
   return g_live.count(comm) != 0 && comm->magic == flagcxComm::kMagic;
 }
 
+// Direct mode (device memory read in place by same-host peers) needs every
+// rank to agree: each votes, and it is on only when all can and want it.
+static flagcxResult_t chooseDirect(flagcxComm *comm) {
+  if (comm->ccl) return flagcxSuccess;  // the same on every rank
+  bool can = comm->dev->ipcSupported() && comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
+  for (const PeerInfo &p : comm->bs->peers()) can = can && p.deviceKind == 1;
+  std::vector<int32_t> votes(static_cast<size_t>(comm->nranks), 0);
+  votes[static_cast<size_t>(comm->rank)] = can ? 1 : 0;
+  FLAGCX_CHECK(comm->bs->allgather(votes.data(), sizeof(int32_t)));
+  bool all = true;
+  for (int32_t v : votes) all = all && v == 1;
+  if (!all) return flagcxSuccess;
+  // Every rank's outbox, mapped by every peer now (small messages never map
+  // anything on the progress thread).
+  constexpr size_t kOutbox = 16 << 20;
+  DeviceAdapter *dev = comm->dev;
+  void *ob = nullptr;
+  FLAGCX_CHECK(dev->allocDevice(&ob, kOutbox));
+  comm->outbox = static_cast<char *>(ob);
+  comm->outboxBytes = kOutbox;
+  size_t rb = DeviceAdapter::kIpcRefBytes;
+  std::vector<char> refs(rb * static_cast<size_t>(comm->nranks), 0);
+  FLAGCX_CHECK(dev->ipcExport(ob, refs.data() + rb * static_cast<size_t>(comm->rank)));
+  FLAGCX_CHECK(comm->bs->allgather(refs.data(), rb));
+  comm->peerOutbox.assign(static_cast<size_t>(comm->nranks), nullptr);
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank) continue;
+    void *base = nullptr;
+    flagcxResult_t r = dev->ipcImportBase(refs.data() + rb * static_cast<size_t>(p), &base);
+    if (r != flagcxSuccess) {
+      WARN(kInit, "rank %d: mapping the outbox of rank %d (CUDA IPC) failed", comm->rank, p);
+      return r;
+    }
+    comm->peerOutbox[static_cast<size_t>(p)] = static_cast<char *>(base);
+  }
+  comm->direct = true;
+  return flagcxSuccess;
+}
+
 flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank) {
   DeviceAdapter *dev = selectedAdapter();
   if (!dev) {
@@ -138,11 +177,13 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   }
   FLAGCX_CHECK(AlgoSet::create(rank, nranks, comm->localRanks, &comm->algos));
   FLAGCX_CHECK(makeVendorCcl(comm.get(), &comm->ccl));
+  FLAGCX_CHECK(chooseDirect(comm.get()));
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
-       "%zu shm peer(s), %zu socket peer(s), %d channel(s)", rank, nranks, dev->name(),
+       "%zu shm peer(s), %zu socket peer(s), %d channel(s)%s", rank, nranks, dev->name(),
        self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
-       sockPeers.size(), comm->nchannels);
+       sockPeers.size(), comm->nchannels,
+       comm->ccl ? ", vendor CCL" : comm->direct ? ", device buffers by CUDA IPC" : "");
   {
     std::lock_guard<std::mutex> lk(g_liveMu);
     g_live.insert(comm.get());
@@ -182,6 +223,14 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
   }
   comm->magic = 0;
   freeJobs(comm);
+  for (auto &kv : comm->ipcImports) comm->dev->ipcRelease(kv.second);
+  for (char *p : comm->peerOutbox)
+    if (p) comm->dev->ipcRelease(p);
+  if (comm->outbox) comm->dev->freeDevice(comm->outbox);
+  for (flagcxComm::DevBuf *b : {&comm->dScratch, &comm->dInPlace, &comm->dInAlt, &comm->dOutAlt,
+                                &comm->dStageIn, &comm->dStageOut})
+    if (b->p.load()) comm->dev->freeDevice(b->p.load());
+  for (void *p : comm->dRetired) comm->dev->freeDevice(p);
   delete comm;
   return res;
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "adapters/device/adapter.h"
@@ -56,6 +57,30 @@ struct flagcxComm {
   std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
   std::vector<char> bufStageIn, bufStageOut;  // host copies of device buffers
   bool staged = false;  // buffers live on a device: stage through host memory
+  // Direct mode (src/core/enqueue.cc): every rank on this host with a device
+  // adapter that maps peers' memory (CUDA IPC); payloads go device to device,
+  // only small control messages through the transports.
+  bool direct = false;
+  // Device working buffers.  They grow on the caller's thread when work is
+  // enqueued (reserveDirect): allocating device memory may wait for every
+  // stream, including a user's stream that the engine holds, so the progress
+  // thread must not allocate.  Outgrown buffers are freed at destroy.
+  struct DevBuf {
+    std::atomic<char *> p{nullptr};
+    std::atomic<size_t> cap{0};
+  };
+  DevBuf dScratch, dInPlace, dInAlt, dOutAlt, dStageIn, dStageOut;
+  std::mutex dMu;                 // serializes growth (callers' threads)
+  std::vector<void *> dRetired;
+  // Small messages go through each rank's outbox: one device buffer per
+  // rank, mapped by every peer at init.  Large ones are read from the
+  // sender's own buffer, mapped on first use (ipcImports).
+  char *outbox = nullptr;
+  size_t outboxBytes = 0;
+  std::vector<char *> peerOutbox;  // [peer], mapped at init
+  std::unordered_map<std::string, void *> ipcImports;  // peer allocation id -> mapped base
+  std::vector<char> directCtrl;
+  std::vector<flagcx::Xfer> directXfers;
   std::vector<int> scratchCounts;
   std::vector<char> scratchFlags;
   std::vector<size_t> scratchDispls;

@@ -150,6 +150,9 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
   return flagcxSuccess;
 }
 
+flagcxResult_t runDirectXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                              flagcxRedOp_t op, const char *what);
+
 flagcxResult_t runP2P(flagcxComm *comm, std::vector<P2PItem> &items) {
   // Sends and receives to oneself pair up in order.
   std::vector<P2PItem *> selfSends, selfRecvs;
@@ -180,10 +183,179 @@ flagcxResult_t runP2P(flagcxComm *comm, std::vector<P2PItem> &items) {
            selfSends[i]->bytes, selfRecvs[i]->bytes);
       return flagcxInvalidUsage;
     }
-    if (selfSends[i]->bytes && selfSends[i]->buf != selfRecvs[i]->buf)
+    if (!selfSends[i]->bytes || selfSends[i]->buf == selfRecvs[i]->buf) continue;
+    if (comm->direct)
+      FLAGCX_CHECK(comm->dev->copyAsync(selfRecvs[i]->buf, selfSends[i]->buf, selfSends[i]->bytes));
+    else
       memmove(selfRecvs[i]->buf, selfSends[i]->buf, selfSends[i]->bytes);
   }
+  if (comm->direct) {
+    FLAGCX_CHECK(comm->dev->flush());
+    return runDirectXfers(comm, xs, flagcxUint8, flagcxSum, "send/recv");
+  }
   return runXfers(comm, xs, flagcxUint8, flagcxSum, "send/recv");
+}
+
+// --- Direct mode: device memory between same-host ranks (CUDA IPC) ---
+//
+// A transfer of a stage becomes, over the same connection and tag:
+//   sender -> receiver: a control message {magic, bytes, IPC reference of the
+//                       sender's bytes}
+//   receiver:           maps the sender's allocation (once per allocation,
+//                       cached), copies or reduces straight from it on the GPU
+//   receiver -> sender: an acknowledgement; the sender's stage ends with it,
+//                       so its buffer is not reused before the peer has read it.
+// Payloads never touch host memory; all transfers of a stage share both rounds.
+constexpr uint64_t kDirectMagic = 0x44495245435446ull;  // "DIRECTF"
+constexpr uint64_t kAckFlip = 1ull << 59;
+constexpr size_t kCtrlBytes = 32 + DeviceAdapter::kIpcRefBytes;
+constexpr size_t kOutboxMax = 2 << 20;  // messages below this go through the outbox
+constexpr size_t kMaxImports = 4096;
+
+char *growDevice(flagcxComm *comm, flagcxComm::DevBuf &b, size_t bytes) {
+  if (b.cap.load(std::memory_order_acquire) >= bytes) return b.p.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lk(comm->dMu);
+  size_t cap = b.cap.load();
+  if (cap >= bytes) return b.p.load();
+  // 2 MiB at least: then a buffer owns its allocation granule, which CUDA
+  // IPC maps as a whole.
+  cap = std::max<size_t>(cap, 2 << 20);
+  while (cap < bytes) cap *= 2;
+  void *p = nullptr;
+  if (comm->dev->allocDevice(&p, cap) != flagcxSuccess) return nullptr;
+  if (b.p.load()) comm->dRetired.push_back(b.p.load());  // may still be in use: freed at destroy
+  b.p.store(static_cast<char *>(p), std::memory_order_release);
+  b.cap.store(cap, std::memory_order_release);
+  return static_cast<char *>(p);
+}
+
+flagcxResult_t importPeer(flagcxComm *comm, const char *ref, int peer, char **out) {
+  DeviceAdapter *dev = comm->dev;
+  std::string id(ref, dev->ipcIdBytes());
+  auto it = comm->ipcImports.find(id);
+  if (it == comm->ipcImports.end()) {
+    if (comm->ipcImports.size() >= kMaxImports) {
+      // Peers' buffers come and go; drop every mapping rather than grow forever.
+      for (auto &kv : comm->ipcImports) dev->ipcRelease(kv.second);
+      comm->ipcImports.clear();
+    }
+    void *base = nullptr;
+    flagcxResult_t r = dev->ipcImportBase(ref, &base);
+    if (r != flagcxSuccess) {
+      WARN(kColl, "rank %d: mapping device memory of rank %d (CUDA IPC) failed", comm->rank, peer);
+      return r;
+    }
+    it = comm->ipcImports.emplace(std::move(id), base).first;
+  }
+  *out = static_cast<char *>(it->second) + dev->ipcOffset(ref);
+  return flagcxSuccess;
+}
+
+flagcxResult_t runDirectXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                              flagcxRedOp_t op, const char *what) {
+  if (xs.empty()) return flagcxSuccess;
+  DeviceAdapter *dev = comm->dev;
+  size_t ts = getFlagcxDataTypeSize(dt);
+  std::vector<char> &ctrl = comm->directCtrl;
+  if (ctrl.size() < xs.size() * kCtrlBytes) ctrl.resize(xs.size() * kCtrlBytes);
+  std::vector<Xfer> &cx = comm->directXfers;
+  cx.clear();
+  size_t outboxUsed = 0;
+  for (size_t i = 0; i < xs.size(); i++) {
+    Xfer c = xs[i];
+    c.buf = ctrl.data() + i * kCtrlBytes;
+    c.bytes = kCtrlBytes;
+    c.reduceDst = nullptr;
+    c.ch = 0;
+    c.conn = comm->conn(c.peer, 0);
+    if (c.isSend) {
+      // {magic, bytes, kind (1: in my outbox at offset; 0: the IPC reference
+      // that follows), offset}
+      uint64_t hdr[4] = {kDirectMagic, xs[i].bytes, 0, 0};
+      memset(c.buf, 0, kCtrlBytes);
+      size_t len = (xs[i].bytes + 255) & ~size_t(255);
+      if (xs[i].bytes && xs[i].bytes < kOutboxMax && outboxUsed + len <= comm->outboxBytes) {
+        FLAGCX_CHECK(dev->copyAsync(comm->outbox + outboxUsed, xs[i].buf, xs[i].bytes));
+        hdr[2] = 1;
+        hdr[3] = outboxUsed;
+        outboxUsed += len;
+      } else if (xs[i].bytes) {
+        flagcxResult_t r = dev->ipcExport(xs[i].buf, c.buf + 32);
+        if (r != flagcxSuccess) {
+          WARN(kColl, "rank %d: %s: cannot share %p with rank %d (not device memory from "
+               "cudaMalloc?)", comm->rank, what, static_cast<void *>(xs[i].buf), c.peer);
+          return r;
+        }
+      }
+      memcpy(c.buf, hdr, sizeof(hdr));
+    }
+    cx.push_back(c);
+  }
+  TRACE(kColl, "rank %d: %s: direct: %zu transfer(s), %zu bytes in the outbox", comm->rank, what,
+        xs.size(), outboxUsed);
+  if (outboxUsed) FLAGCX_CHECK(dev->flush());
+  FLAGCX_CHECK(runXfers(comm, cx, flagcxUint8, flagcxSum, what));
+  TRACE(kColl, "rank %d: %s: direct: headers exchanged", comm->rank, what);
+  // Every receive: read the sender's bytes where they are.
+  for (size_t i = 0; i < xs.size(); i++) {
+    const Xfer &x = xs[i];
+    if (x.isSend) continue;
+    const char *c = ctrl.data() + i * kCtrlBytes;
+    uint64_t hdr[4];
+    memcpy(hdr, c, sizeof(hdr));
+    if (hdr[0] != kDirectMagic || hdr[2] > 1) {
+      WARN(kColl, "rank %d: %s: rank %d sent a malformed direct-transfer header", comm->rank,
+           what, x.peer);
+      return flagcxInternalError;
+    }
+    if (hdr[1] != x.bytes) {
+      WARN(kColl, "rank %d: %s: rank %d sends %llu bytes, this rank expects %zu (mismatched "
+           "calls?)", comm->rank, what, x.peer, static_cast<unsigned long long>(hdr[1]), x.bytes);
+      return flagcxInvalidUsage;
+    }
+    if (!x.bytes) continue;
+    char *src = nullptr;
+    if (hdr[2] == 1) {
+      if (hdr[3] > comm->outboxBytes || x.bytes > comm->outboxBytes - hdr[3]) {
+        WARN(kColl, "rank %d: %s: rank %d names bytes %llu..%llu of its outbox (%zu bytes)",
+             comm->rank, what, x.peer, static_cast<unsigned long long>(hdr[3]),
+             static_cast<unsigned long long>(hdr[3] + x.bytes), comm->outboxBytes);
+        return flagcxInternalError;
+      }
+      src = comm->peerOutbox[static_cast<size_t>(x.peer)] + hdr[3];
+    } else {
+      FLAGCX_CHECK(importPeer(comm, c + 32, x.peer, &src));
+    }
+    if (x.reduceDst)
+      FLAGCX_CHECK(dev->reduceAsync(x.reduceDst, x.reduceDst, src, x.bytes / ts, dt, op));
+    else
+      FLAGCX_CHECK(dev->copyAsync(x.buf, src, x.bytes));
+  }
+  FLAGCX_CHECK(dev->flush());
+  TRACE(kColl, "rank %d: %s: direct: data read", comm->rank, what);
+  // Acknowledgements, the other way.
+  cx.clear();
+  for (size_t i = 0; i < xs.size(); i++) {
+    Xfer c = xs[i];
+    c.isSend = !xs[i].isSend;
+    c.buf = ctrl.data() + i * kCtrlBytes;
+    c.bytes = 8;
+    c.tag = xs[i].tag ^ kAckFlip;
+    c.reduceDst = nullptr;
+    c.ch = 0;
+    c.conn = comm->conn(c.peer, 0);
+    if (c.isSend) memcpy(c.buf, &kDirectMagic, 8);
+    cx.push_back(c);
+  }
+  return runXfers(comm, cx, flagcxUint8, flagcxSum, what);
+}
+
+// Local copies: device-side in direct mode (issued, then flushed by the caller).
+flagcxResult_t localCopy(flagcxComm *comm, void *dst, const void *src, size_t bytes) {
+  if (!bytes || dst == src) return flagcxSuccess;
+  if (comm->direct) return comm->dev->copyAsync(dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return flagcxSuccess;
 }
 
 // Where chunk k of one buffer lives, for this call.
@@ -278,18 +450,31 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   size_t inBytes = in.total * ts, outBytes = out.total * ts;
   in.base = const_cast<char *>(static_cast<const char *>(a.send));
   out.base = static_cast<char *>(a.recv);
+  bool direct = comm->direct;
+  // Working buffers: host memory, or device memory in direct mode.
+  bool outOfMemory = false;
+  auto work = [&](std::vector<char> &h, flagcxComm::DevBuf &d, size_t bytes) -> char * {
+    char *p = direct ? growDevice(comm, d, std::max<size_t>(bytes, 1)) : growBuffer(h, bytes);
+    outOfMemory = outOfMemory || (direct && !p);
+    return p;
+  };
   // Buffers a non-root rank need not pass get a private stand-in.
   if (!isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
-    out.base = growBuffer(comm->bufOutAlt, outBytes);
+    out.base = work(comm->bufOutAlt, comm->dOutAlt, outBytes);
   if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
-    in.base = growBuffer(comm->bufInAlt, inBytes);
+    in.base = work(comm->bufInAlt, comm->dInAlt, inBytes);
   // Schedules assume distinct input and output: snapshot an overlapping input.
   if (in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
-    char *copy = growBuffer(comm->bufInPlace, inBytes);
-    memcpy(copy, in.base, inBytes);
+    char *copy = work(comm->bufInPlace, comm->dInPlace, inBytes);
+    if (copy) FLAGCX_CHECK(localCopy(comm, copy, in.base, inBytes));
     in.base = copy;
   }
-  scr.base = growBuffer(comm->bufScratch, scr.total * ts);
+  scr.base = work(comm->bufScratch, comm->dScratch, scr.total * ts);
+  if (outOfMemory) {
+    WARN(kColl, "rank %d: out of %s memory for the working buffers of %s", comm->rank,
+         direct ? "device" : "host", opName(a.op));
+    return flagcxSystemError;
+  }
 
   auto bufOf = [&](BufKind b) -> const Bound & {
     return b == BufKind::Input ? in : b == BufKind::Output ? out : scr;
@@ -322,11 +507,14 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
         return flagcxInternalError;
       }
       if (st.kind == StepKind::Copy) {
-        if (sp != dp && sb) memcpy(dp, sp, sb);
+        FLAGCX_CHECK(localCopy(comm, dp, sp, sb));
+      } else if (sb && direct) {
+        FLAGCX_CHECK(comm->dev->reduceAsync(dp, dp, sp, sb / ts, a.dtype, a.redop));
       } else if (sb) {
         FLAGCX_CHECK(comm->dev->reduce(dp, dp, sp, sb / ts, a.dtype, a.redop, nullptr));
       }
     }
+    if (direct) FLAGCX_CHECK(comm->dev->flush());
     xs.clear();
     size_t landing = 0;
     for (size_t k = i; k < end; k++) {
@@ -337,7 +525,9 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
         landing += b;
       }
     }
-    char *land = growBuffer(comm->bufLanding, landing);
+    // Received bytes to be reduced land here first (direct mode reduces
+    // straight from the sender's memory).
+    char *land = direct ? nullptr : growBuffer(comm->bufLanding, landing);
     size_t landOff = 0;
     for (size_t k = i; k < end; k++) {
       const Step &st = rs.steps[k];
@@ -347,15 +537,16 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
       bool isSend = st.kind == StepKind::Send;
       const ChunkRef &ref = isSend ? st.src : st.dst;
       bufOf(ref.buf).range(ref.chunk, &p, &b);
-      char *target = st.kind == StepKind::RecvReduce ? land + landOff : p;
-      size_t nslices = b == 0 ? 1 : (b + slice - 1) / slice;
+      char *target = st.kind == StepKind::RecvReduce ? (direct ? nullptr : land + landOff) : p;
+      // Direct mode moves a step in one piece (the GPU copies it at once).
+      size_t nslices = b == 0 || direct ? 1 : (b + slice - 1) / slice;
       for (size_t sl = 0; sl < nslices; sl++) {
-        size_t off = sl * slice, len = std::min(slice, b - std::min(b, off));
+        size_t off = sl * slice, len = direct ? b : std::min(slice, b - std::min(b, off));
         Xfer x{};
         x.ch = static_cast<int>(sl % static_cast<size_t>(comm->nchannels));
         x.conn = comm->conn(st.peer, x.ch);
         x.isSend = isSend;
-        x.buf = target + off;
+        x.buf = target ? target + off : nullptr;
         x.bytes = len;
         x.tag = tag;
         x.peer = st.peer;
@@ -364,7 +555,8 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
       }
       if (st.kind == StepKind::RecvReduce) landOff += b;
     }
-    FLAGCX_CHECK(runXfers(comm, xs, a.dtype, a.redop, what));
+    FLAGCX_CHECK(direct ? runDirectXfers(comm, xs, a.dtype, a.redop, what)
+                        : runXfers(comm, xs, a.dtype, a.redop, what));
     i = end;
   }
   if (a.redop == flagcxAvg && opReduces(a.op) && isRoot) {
@@ -407,16 +599,76 @@ size_t elemsOut(const CollItem &ci, int n) {
   }
 }
 
+// Direct mode: grow the device working buffers a job will need, on the
+// caller's thread (see flagcxComm::DevBuf).
+flagcxResult_t reserveDirect(Job *j) {
+  flagcxComm *comm = j->comm;
+  DeviceAdapter *dev = comm->dev;
+  int n = comm->nranks;
+  auto need = [&](flagcxComm::DevBuf &b, size_t bytes) -> flagcxResult_t {
+    if (bytes && !growDevice(comm, b, bytes)) {
+      WARN(kColl, "rank %d: cannot allocate %zu bytes of device memory for the engine",
+           comm->rank, bytes);
+      return flagcxSystemError;
+    }
+    return flagcxSuccess;
+  };
+  for (size_t k = 0; k < j->ncolls; k++) {
+    const CollItem &ci = j->colls[k];
+    const CollArgs &a = ci.a;
+    size_t ts = getFlagcxDataTypeSize(a.dtype);
+    size_t inB = elemsIn(ci, n) * ts, outB = elemsOut(ci, n) * ts;
+    size_t scr = (a.op == OpKind::AllReduce || a.op == OpKind::Reduce || a.op == OpKind::Broadcast)
+                     ? a.count : a.count * static_cast<size_t>(n);
+    if (a.op == OpKind::AlltoAllv) {
+      scr = 0;
+      for (int p = 0; p < n; p++) scr += ci.v[static_cast<size_t>(p)];
+    }
+    FLAGCX_CHECK(need(comm->dScratch, std::max<size_t>(scr * ts, 1)));
+    const char *send = static_cast<const char *>(a.send);
+    const char *recv = static_cast<const char *>(a.recv);
+    bool sendDev = !send || !inB || dev->isDeviceMemory(send);
+    bool recvDev = !recv || !outB || dev->isDeviceMemory(recv);
+    if (!sendDev) FLAGCX_CHECK(need(comm->dStageIn, inB));
+    if (!recvDev) FLAGCX_CHECK(need(comm->dStageOut, outB));
+    // Staging may place the input inside the output (or the reverse): then
+    // the executor snapshots it, as it does for overlapping user buffers.
+    if (!sendDev || !recvDev || (send && recv && overlaps(send, inB, recv, outB)))
+      FLAGCX_CHECK(need(comm->dInPlace, std::max(inB, outB)));
+    bool isRoot = comm->rank == a.root;
+    if (!isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
+      FLAGCX_CHECK(need(comm->dOutAlt, outB));
+    if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
+      FLAGCX_CHECK(need(comm->dInAlt, inB));
+  }
+  size_t staged = 0;
+  for (const P2PItem &it : j->p2p)
+    if (it.bytes && !dev->isDeviceMemory(it.buf)) staged += it.bytes;
+  return need(comm->dStageIn, staged);
+}
+
+// Device buffers without direct mode: whole-buffer copies through host
+// memory around the host engine (not pipelined with the transfers).  In
+// direct mode, user buffers that are not device memory (pageable or pinned
+// host, managed) are copied into device working buffers the same way.
 flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
   DeviceAdapter *dev = comm->dev;
+  bool direct = comm->direct;
   size_t ts = getFlagcxDataTypeSize(ci.a.dtype);
   size_t inB = elemsIn(ci, comm->nranks) * ts, outB = elemsOut(ci, comm->nranks) * ts;
   const char *send = static_cast<const char *>(ci.a.send);
   char *recv = static_cast<char *>(ci.a.recv);
+  if (direct && (!send || !inB || dev->isDeviceMemory(send)) &&
+      (!recv || !outB || dev->isDeviceMemory(recv)))
+    return runColl(comm, ci);
+  auto stage = [&](std::vector<char> &h, flagcxComm::DevBuf &d, size_t bytes) -> char * {
+    return direct ? growDevice(comm, d, bytes) : growBuffer(h, bytes);
+  };
   CollItem h = ci;
   char *hOut = nullptr, *hIn = nullptr;
   if (recv && outB) {
-    hOut = growBuffer(comm->bufStageOut, outB);
+    hOut = stage(comm->bufStageOut, comm->dStageOut, outB);
+    if (!hOut) return flagcxSystemError;
     h.a.recv = hOut;
   }
   bool sendInsideRecv = send && recv && send >= recv && send + inB <= recv + outB;
@@ -425,7 +677,8 @@ flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
     FLAGCX_CHECK(dev->copy(hOut, recv, outB, nullptr));
     h.a.send = hOut + (send - recv);
   } else if (send && inB) {
-    hIn = growBuffer(comm->bufStageIn, inB);
+    hIn = stage(comm->bufStageIn, comm->dStageIn, inB);
+    if (!hIn) return flagcxSystemError;
     FLAGCX_CHECK(dev->copy(hIn, send, inB, nullptr));
     h.a.send = hIn;
     if (recvInsideSend) h.a.recv = hIn + (recv - send);
@@ -437,7 +690,32 @@ flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
   return flagcxSuccess;
 }
 
+// Point-to-point in direct mode: device buffers are read in place by the
+// peer; other buffers go through a device staging area.
+flagcxResult_t runP2PDirect(flagcxComm *comm, std::vector<P2PItem> &items) {
+  DeviceAdapter *dev = comm->dev;
+  size_t staged = 0;
+  for (auto &it : items)
+    if (it.bytes && !dev->isDeviceMemory(it.buf)) staged += it.bytes;
+  char *stage = staged ? growDevice(comm, comm->dStageIn, staged) : nullptr;
+  if (staged && !stage) return flagcxSystemError;
+  std::vector<P2PItem> h = items;
+  size_t off = 0;
+  for (auto &it : h) {
+    if (!it.bytes || dev->isDeviceMemory(it.buf)) continue;
+    if (it.isSend) FLAGCX_CHECK(dev->copy(stage + off, it.buf, it.bytes, nullptr));
+    it.buf = stage + off;
+    off += it.bytes;
+  }
+  FLAGCX_CHECK(runP2P(comm, h));
+  for (size_t i = 0; i < items.size(); i++)
+    if (!items[i].isSend && items[i].bytes && h[i].buf != items[i].buf)
+      FLAGCX_CHECK(dev->copy(items[i].buf, h[i].buf, items[i].bytes, nullptr));
+  return flagcxSuccess;
+}
+
 flagcxResult_t runP2PStaged(flagcxComm *comm, std::vector<P2PItem> &items) {
+  if (comm->direct) return runP2PDirect(comm, items);
   size_t total = 0;
   for (auto &it : items) total += it.bytes;
   char *stage = growBuffer(comm->bufStageIn, total);
@@ -462,6 +740,8 @@ flagcxResult_t runJob(void *arg) {
   Job *j = static_cast<Job *>(arg);
   flagcxComm *comm = j->comm;
   logSetRank(comm->rank);
+  TRACE(kColl, "rank %d: job #%llu starts (%zu collective(s), %zu p2p)", comm->rank,
+        static_cast<unsigned long long>(j->ticket), j->ncolls, j->p2p.size());
   flagcxResult_t res = commWaitTurn(comm, j->ticket);
   for (size_t k = 0; k < j->ncolls; k++) {
     CollItem &c = j->colls[k];
@@ -538,7 +818,14 @@ flagcxResult_t groupEnd() {
       returnJob(j);
       continue;
     }
-    flagcxResult_t r = launch(j);
+    TRACE(kColl, "rank %d: launching job (%zu collective(s))", j->comm->rank, j->ncolls);
+    flagcxResult_t r = j->comm->direct ? reserveDirect(j) : flagcxSuccess;
+    if (r != flagcxSuccess) {
+      returnJob(j);
+      res = r;
+      continue;
+    }
+    r = launch(j);
     if (r != flagcxSuccess) res = r;
   }
   t_group.jobs.clear();

@@ -22,6 +22,7 @@ X(TIMEOUT, Int, "600", "seconds any blocking wait may last before it fails")
 // Transports
 X(SHM_DISABLE, Int, "0", "1: never use shared memory between same-host ranks (socket instead)")
 X(SHM_BUFFER_SIZE, Int, "4194304", "bytes of each shared-memory ring (one per direction and peer)")
+X(IPC_DISABLE, Int, "0", "1: device buffers of same-host ranks go through host staging instead of CUDA IPC")
 X(SHM_PULL, Int, "1", "1: same-host messages >= 64 KiB are read straight from the sender's buffer (process_vm_readv), 0: always through the ring")
 X(SOCKET_NTHREADS, Int, "1", "socket transport: progress threads per peer connection set")
 X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress thread")

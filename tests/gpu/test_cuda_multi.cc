@@ -278,7 +278,13 @@ int cudaRank(int rank, int nranks, flagcxUniqueId *id, const char *wantBackend, 
   const char *backend = comm->ccl ? comm->ccl->name() : "engine";
   int homo = -1;
   RANK_OK(flagcxIsHomoComm(comm, &homo));
-  if (rank == 0) printf("nranks %d on %d GPU(s): backend %s, flagcxIsHomoComm %d\n", nranks, ngpu, backend, homo);
+  if (rank == 0)
+    printf("nranks %d on %d GPU(s): backend %s%s, flagcxIsHomoComm %d, count %zu, %s buffers\n",
+           nranks, ngpu, backend, comm->ccl ? "" : comm->direct ? " (direct: CUDA IPC)" : " (host staging)",
+           homo, cnt, device ? "device" : "host");
+  const char *ipcOff = getenv("FLAGCX_IPC_DISABLE");
+  bool wantDirect = !comm->ccl && !(ipcOff && strcmp(ipcOff, "1") == 0);
+  RANK_CHECK(comm->direct == wantDirect, "direct mode %d, expected %d", comm->direct, wantDirect);
   if (strcmp(wantBackend, "nccl") == 0 && !comm->ccl) {
     flagcxCommDestroy(comm);
     return kNcclMissing;
@@ -325,18 +331,19 @@ TEST(CudaComm, TwoRanksDeviceBuffersNcclWhenTwoGpus) {
   EXPECT_TRUE(r.allOk()) << r.describe();
 }
 
-// The engine on device buffers (ranks sharing GPU 0) needs host staging in
-// the executor; run with GPUTEST_ENGINE_DEVBUF=1 once that is in.
+// The engine on device buffers, ranks sharing the GPUs: direct mode (CUDA
+// IPC) and, with FLAGCX_IPC_DISABLE=1, whole-buffer host staging.
 TEST(CudaComm, EngineDeviceBuffersSharedGpu) {
-  const char *on = getenv("GPUTEST_ENGINE_DEVBUF");
-  if (!on || strcmp(on, "1") != 0)
-    GTEST_SKIP() << "device buffers through the engine: set GPUTEST_ENGINE_DEVBUF=1 to run";
-  for (int n : {2, 4}) {
-    mr::Result r = mr::run(n, [](int rank, int nr, flagcxUniqueId *id) {
-      return cudaRank(rank, nr, id, "engine", true, 4099);
-    }, {{{"FLAGCX_USE_HETERO_COMM", "1"}}});
-    EXPECT_TRUE(r.allOk()) << n << " ranks: " << r.describe();
+  for (const char *ipcOff : {"0", "1"}) {
+    for (int n : {2, 4}) {
+      size_t cnt = n == 2 ? (1u << 20) + 3 : 4099;
+      mr::Result r = mr::run(n, [cnt](int rank, int nr, flagcxUniqueId *id) {
+        return cudaRank(rank, nr, id, "engine", true, cnt);
+      }, {{{"FLAGCX_USE_HETERO_COMM", "1"}, {"FLAGCX_IPC_DISABLE", ipcOff}}});
+      EXPECT_TRUE(r.allOk()) << n << " ranks, FLAGCX_IPC_DISABLE=" << ipcOff << ": " << r.describe();
+    }
   }
+  unsetenv("FLAGCX_IPC_DISABLE");
 }
 
 // 2 CUDA ranks + 2 host ranks in one communicator, host buffers.

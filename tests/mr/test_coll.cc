@@ -18,6 +18,50 @@ namespace {
 using flagcx::OpKind;
 
 bool fullRun() { return getenv("MR_FULL") && strcmp(getenv("MR_FULL"), "1") == 0; }
+// MR_DEVICE=cuda (tools/gpu-check.sh): buffers in device memory.
+bool deviceRun() { return getenv("MR_DEVICE") && *getenv("MR_DEVICE"); }
+
+// Device copies of a case's two host buffers; pointers into either map across.
+struct DeviceMirror {
+  flagcxDeviceHandle_t h = nullptr;
+  std::vector<char> *hb[2] = {nullptr, nullptr};
+  char *db[2] = {nullptr, nullptr};
+  int init(flagcxDeviceHandle_t handle, std::vector<char> &a, std::vector<char> &b) {
+    h = handle;
+    hb[0] = &a;
+    hb[1] = &b;
+    for (int k = 0; k < 2; k++) {
+      void *p = nullptr;
+      if (h->deviceMalloc(&p, hb[k]->size() + 16, flagcxMemDevice, nullptr) != flagcxSuccess) return 1;
+      db[k] = static_cast<char *>(p);
+      if (h->deviceMemcpy(db[k], hb[k]->data(), hb[k]->size(), flagcxMemcpyHostToDevice, nullptr) !=
+          flagcxSuccess)
+        return 1;
+    }
+    return 0;
+  }
+  char *map(char *p) const {
+    for (int k = 0; k < 2; k++)
+      if (p >= hb[k]->data() && p <= hb[k]->data() + hb[k]->size()) return db[k] + (p - hb[k]->data());
+    return p;
+  }
+  char *unmap(char *p) const {
+    for (int k = 0; k < 2; k++)
+      if (db[k] && p >= db[k] && p <= db[k] + hb[k]->size()) return hb[k]->data() + (p - db[k]);
+    return p;
+  }
+  int back() {
+    for (int k = 0; k < 2; k++)
+      if (h->deviceMemcpy(hb[k]->data(), db[k], hb[k]->size(), flagcxMemcpyDeviceToHost, nullptr) !=
+          flagcxSuccess)
+        return 1;
+    return 0;
+  }
+  ~DeviceMirror() {
+    for (char *p : db)
+      if (p) h->deviceFree(p, flagcxMemDevice, nullptr);
+  }
+};
 
 // --- half / bfloat16 (the test's own conversions) ---
 uint16_t toHalf(float f) {
@@ -137,8 +181,16 @@ struct Case {
   OpKind op;
   std::string algo;
 };
+void PrintTo(const Case &c, std::ostream *os) { *os << flagcx::opName(c.op) << ":" << c.algo; }
 
 int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
+  flagcxDeviceHandle_t devHandle = nullptr;
+  if (deviceRun()) {
+    RANK_OK(flagcxDeviceHandleInit(&devHandle));
+    char vendor[128] = {};
+    RANK_OK(devHandle->getVendor(vendor));
+    RANK_CHECK(strcmp(vendor, "host") != 0, "MR_DEVICE set but the device adapter is %s", vendor);
+  }
   flagcxComm_t comm;
   RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
   bool full = fullRun();
@@ -212,6 +264,14 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
                 default: break;
               }
             }
+            // MR_DEVICE=cuda: the same call on device copies of both buffers
+            // (aliasing kept), results copied back before the check.
+            DeviceMirror mirror;
+            if (devHandle) {
+              RANK_CHECK(mirror.init(devHandle, inBuf, outBuf) == 0, "device buffers");
+              in = mirror.map(in);
+              out = mirror.map(out);
+            }
             flagcxResult_t res = flagcxSuccess;
             switch (c.op) {
               case OpKind::AllReduce: res = flagcxAllReduce(in, out, count, dt, rop, comm, nullptr); break;
@@ -231,6 +291,11 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
             RANK_CHECK(res == flagcxSuccess, "%s/%s count %zu dtype %d op %d root %d inplace %d: %s",
                        flagcx::opName(c.op), c.algo.c_str(), count, dt, rop, root, inplace,
                        flagcxGetErrorString(res));
+            if (devHandle) {
+              RANK_CHECK(mirror.back() == 0, "copying device results back");
+              in = mirror.unmap(in);
+              out = mirror.unmap(out);
+            }
             // Check.  value() depends on the index only modulo kPeriod, so
             // the references are computed once per residue (and source rank).
             constexpr size_t kPeriod = 21;
@@ -291,6 +356,7 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
             if (failures >= 5) break;
           }
   RANK_OK(flagcxCommDestroy(comm));
+  if (devHandle) RANK_OK(flagcxDeviceHandleFree(devHandle));
   return failures ? 1 : 0;
 }
 
@@ -299,37 +365,49 @@ std::vector<Case> allCases() {
   std::string err;
   std::vector<Case> cases;
   if (!flagcx::Registry::load(&reg, &err)) {
-    ADD_FAILURE() << err;
+    fprintf(stderr, "registry: %s\n", err.c_str());
     return cases;
   }
   for (auto &a : reg.all()) cases.push_back({a.op, a.name});
   return cases;
 }
 
-TEST(Collectives, Matrix) {
+TEST(Collectives, RegistryHasCases) { EXPECT_FALSE(allCases().empty()); }
+
+// One test per shipped algorithm (named op_algo), so a run shows its progress
+// and `--gtest_filter=*/Matrix.Run/allreduce_*` picks a part of the matrix.
+class Matrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Matrix, Run) {
+  const Case &c = GetParam();
   std::vector<int> nrankList = fullRun() ? std::vector<int>{1, 2, 3, 4, 5, 7, 8}
                                          : std::vector<int>{1, 2, 3, 4, 5};
-  auto cases = allCases();
-  ASSERT_FALSE(cases.empty());
-  for (const Case &c : cases) {
-    for (int nranks : nrankList) {
-      mr::Env env;
-      env.vars = {{"FLAGCX_ALGO", std::string(flagcx::opName(c.op)) + ":" + c.algo},
-                  {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", "65536"},
-                  // Vary the data path with the rank count: 2 channels at 3
-                  // ranks, sockets at 4 (and 8), the shm ring without
-                  // single-copy reads at 5 (and 7).
-                  {"FLAGCX_NCHANNELS", nranks == 3 ? "2" : "1"},
-                  {"FLAGCX_SHM_DISABLE", nranks == 4 || nranks == 8 ? "1" : "0"},
-                  {"FLAGCX_SHM_PULL", nranks == 5 || nranks == 7 ? "0" : "1"}};
-      auto res = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
-        return runCase(c, rank, n, id);
-      }, env, 600);
-      EXPECT_TRUE(res.allOk()) << flagcx::opName(c.op) << "/" << c.algo << " nranks " << nranks
-                               << ": " << res.describe();
-    }
+  for (int nranks : nrankList) {
+    mr::Env env;
+    env.vars = {{"FLAGCX_ALGO", std::string(flagcx::opName(c.op)) + ":" + c.algo},
+                {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", "65536"},
+                // Vary the data path with the rank count: 2 channels at 3
+                // ranks, sockets at 4 (and 8), the shm ring without
+                // single-copy reads at 5 (and 7).
+                {"FLAGCX_NCHANNELS", nranks == 3 ? "2" : "1"},
+                {"FLAGCX_SHM_DISABLE", nranks == 4 || nranks == 8 ? "1" : "0"},
+                {"FLAGCX_SHM_PULL", nranks == 5 || nranks == 7 ? "0" : "1"}};
+    auto res = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+      return runCase(c, rank, n, id);
+    }, env, 600);
+    EXPECT_TRUE(res.allOk()) << flagcx::opName(c.op) << "/" << c.algo << " nranks " << nranks
+                             << ": " << res.describe();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Collectives, Matrix, ::testing::ValuesIn(allCases()),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                           std::string n = std::string(flagcx::opName(info.param.op)) + "_" +
+                                           info.param.algo;
+                           for (char &ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 

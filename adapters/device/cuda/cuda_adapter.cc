@@ -15,6 +15,7 @@
 // The adapter's own copy/reduce/divide with a NULL stream (what the engine
 // calls from stream tasks) accept any mix of host and device pointers and
 // run through a private non-blocking stream, synchronously.
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -261,6 +262,56 @@ class CudaAdapter final : public DeviceAdapter {
   flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) override {
     return enqueueTask(stream, task);
   }
+
+  // Direct mode (CUDA IPC between processes of one host).
+  bool ipcSupported() override { return driver().memGetAddressRange != nullptr; }
+  bool isDeviceMemory(const void *p) override {
+    cudaPointerAttributes at{};
+    if (!p || cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return at.type == cudaMemoryTypeDevice;  // managed memory cannot be exported
+  }
+  flagcxResult_t allocDevice(void **p, size_t bytes) override {
+    FLAGCX_CUDA_TRY("cudaMalloc (engine buffer)", cudaMalloc(p, bytes));
+    return flagcxSuccess;
+  }
+  void freeDevice(void *p) override {
+    if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+  }
+  flagcxResult_t ipcExport(const void *p, void *ref) override {
+    static_assert(sizeof(IpcHandle) <= kIpcRefBytes, "IPC reference too large");
+    return ipcGet(reinterpret_cast<flagcxIpcMemHandle_t>(ref), const_cast<void *>(p));
+  }
+  flagcxResult_t ipcImportBase(const void *ref, void **base) override {
+    IpcHandle h;
+    memcpy(&h, ref, sizeof(h));
+    h.offset = 0;
+    return ipcOpen(reinterpret_cast<flagcxIpcMemHandle_t>(&h), base);
+  }
+  flagcxResult_t ipcRelease(void *base) override { return ipcClose(base); }
+  uint64_t ipcOffset(const void *ref) override {
+    IpcHandle h;
+    memcpy(&h, ref, sizeof(h));
+    return h.offset;
+  }
+  size_t ipcIdBytes() override { return offsetof(IpcHandle, offset); }
+  flagcxResult_t copyAsync(void *dst, const void *src, size_t bytes) override {
+    if (!bytes || dst == src) return flagcxSuccess;
+    FLAGCX_CUDA_TRY("cudaMemcpyAsync (engine)",
+                    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, internalStream(currentDevice())));
+    return flagcxSuccess;
+  }
+  flagcxResult_t reduceAsync(void *dst, const void *a, const void *b, size_t count,
+                             flagcxDataType_t dtype, flagcxRedOp_t op) override {
+    if (!count) return flagcxSuccess;
+    int dev = currentDevice();
+    FLAGCX_CUDA_TRY("reduce kernel launch (engine)",
+                    launchReduce(dst, a, b, count, dtype, op, internalStream(dev), smCount(dev)));
+    return flagcxSuccess;
+  }
+  flagcxResult_t flush() override { return syncInternal(internalStream(currentDevice()), "engine"); }
 
  private:
   static flagcxResult_t needDeviceAccess(const char *fn, const void *d, const void *a, const void *b) {

@@ -384,7 +384,13 @@ const char *waitModeName() {
 
 flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task) {
   if (!task.run) return argError(flagcxInvalidArgument, kColl, "enqueue: task.run is NULL");
-  if (!stream) return task.run(task.arg);  // NULL stream: now, on the calling thread
+  if (!stream) {
+    // NULL stream: now, on the calling thread, after the legacy default
+    // stream's work (a cudaMemcpy from pageable memory may return before its
+    // DMA has landed; the engine's own stream would not wait for it).
+    FLAGCX_CUDA_TRY("cudaStreamSynchronize (legacy stream)", cudaStreamSynchronize(cudaStreamLegacy));
+    return task.run(task.arg);
+  }
   CHECK_LIVE("enqueue", stream, "stream");
   Stream *s = asStream(stream);
   FLAGCX_CHECK(refuseCapture("enqueue", s->native));
