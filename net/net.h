@@ -33,6 +33,12 @@ class Conn {
   virtual flagcxResult_t test(int req, bool *done, size_t *bytes) = 0;
   // Advance without asking about a request.
   virtual flagcxResult_t progress() = 0;
+  // Tell the peer that this rank gave up on its current operation (best
+  // effort, never blocks): the peer's pending and future requests on this
+  // Conn then fail with `code`, and its log names `mine` (this rank's call,
+  // a tag) and `theirs` (the call this rank received, or 0).  The Conn is
+  // unusable afterwards.
+  virtual void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {}
 
   static constexpr int kMaxPosted = 256;
 };
@@ -48,6 +54,13 @@ class Transport {
   virtual flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers,
                                     int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
 };
+
+// The calls named by the latest mismatch this thread detected (tags; 0 when
+// none): set by the transports, read by the executor to tell the other peers.
+struct MismatchNote {
+  uint64_t mine = 0, theirs = 0;
+};
+MismatchNote &lastMismatch();
 
 // How a message tag reads in a log line ("allreduce #12 float32 count 1000
 // root 0", "send/recv"); defined by the executor, which makes the tags.

@@ -66,6 +66,11 @@ class DeviceAdapter {
     return reduce(dst, a, b, count, dtype, op, nullptr);
   }
   virtual flagcxResult_t flush() { return flagcxSuccess; }
+  // Make sure every kernel the engine may launch is loaded, on the caller's
+  // thread (CUDA loads kernels lazily, on first launch, and loading may wait
+  // for every stream: from the progress thread, while it holds a user's
+  // stream, that would never return).
+  virtual flagcxResult_t prepareEngine() { return flagcxSuccess; }
 };
 
 // The host adapter (always available).

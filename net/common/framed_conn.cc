@@ -232,6 +232,7 @@ flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
     WARN(kNet, "mismatched calls: rank %d (%s) sent %s (message #%" PRIu64 ", %" PRIu64 " bytes) but rank %d posted %s (up to %" PRIu64 " bytes) [%s channel %d]",
          desc_.peer, desc_.host.c_str(), tagText(h.tag).c_str(), h.seq, h.length, desc_.self,
          tagText(r.tag).c_str(), r.size, kind_, desc_.channel);
+    lastMismatch() = MismatchNote{r.tag, h.tag};
     return fail(flagcxInvalidUsage);
   }
   if (h.length > r.size) {
@@ -287,6 +288,8 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
         }
         return flagcxSuccess;
       }
+      if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0)
+        return peerGaveUp(l.rHdr);
       if (l.rHdr.version == kFrameVersionPull) {
         while (l.rAddrGot < sizeof(l.rAddr)) {
           flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rAddr) + l.rAddrGot,
@@ -396,6 +399,46 @@ void FramedConn::collectPullAcks(bool *moved) {
     *moved = true;
   }
   popDone(sendQ_);
+}
+
+MismatchNote &lastMismatch() {
+  thread_local MismatchNote note;
+  return note;
+}
+
+flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {
+  auto code = static_cast<flagcxResult_t>(h.length);
+  if (code == flagcxSuccess || code >= flagcxNumResults) code = flagcxRemoteError;
+  // What this rank was doing with the peer: its oldest pending request.
+  uint64_t mine = 0;
+  if (recvQ_.count > 0) mine = reqs_[recvQ_.slots[recvQ_.head]].tag;
+  else if (sendQ_.count > 0) mine = reqs_[sendQ_.slots[sendQ_.head]].tag;
+  std::string theirs = h.tag ? " after receiving " + tagText(h.tag) : std::string();
+  WARN(kNet, "rank %d (%s) gave up on its %s%s (%s); rank %d stops %s [%s channel %d]",
+       desc_.peer, desc_.host.c_str(), tagText(h.seq).c_str(), theirs.c_str(),
+       flagcxGetErrorString(code), desc_.self,
+       mine ? ("its " + tagText(mine)).c_str() : "too", kind_, desc_.channel);
+  return fail(code);
+}
+
+void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
+  if (lanes_.empty() || lanes_[0].closed || poisoned_) return;
+  Lane &l = lanes_[0];
+  // Only between frames: a half-written frame cannot be interrupted.
+  if (l.sActive && (l.sHdrDone > 0 || l.sDone > 0)) return;
+  poisoned_ = true;
+  FrameHeader h{kFrameMagic, kFrameVersionError, 0, mine, theirs, static_cast<uint64_t>(code)};
+  size_t done = 0;
+  auto until = Clock::now() + std::chrono::milliseconds(100);
+  while (done < sizeof(h) && Clock::now() < until) {
+    iovec iov{reinterpret_cast<char *>(&h) + done, sizeof(h) - done};
+    size_t got = 0;
+    bool closed = false;
+    if (l.pipe->write(&iov, 1, &got, &closed) != flagcxSuccess || closed) break;
+    done += got;
+  }
+  l.sActive = false;
+  fail(code == flagcxSuccess ? flagcxRemoteError : code);
 }
 
 flagcxResult_t FramedConn::progress() {

@@ -80,6 +80,10 @@ constexpr uint16_t kFrameVersion = 1;
 // A rendezvous frame: the header is followed by 8 bytes, the sender's buffer
 // address, and no payload; the receiver pulls the `length` bytes itself.
 constexpr uint16_t kFrameVersionPull = 2;
+// An error frame (lane 0, between messages, no payload): the sender gave up.
+// seq = the sender's call (a tag), tag = the call it received (or 0),
+// length = the flagcxResult_t the receiver fails with.
+constexpr uint16_t kFrameVersionError = 3;
 // Messages at least this long go by rendezvous where the pipe can pull.
 constexpr uint64_t kPullThreshold = 64 * 1024;
 
@@ -98,6 +102,7 @@ class FramedConn final : public Conn {
   flagcxResult_t irecv(void *buf, size_t bytes, uint64_t tag, int *req) override;
   flagcxResult_t test(int req, bool *done, size_t *bytes) override;
   flagcxResult_t progress() override;
+  void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) override;
 
  private:
   enum class Kind : uint8_t { Free, Send, Recv };
@@ -154,6 +159,7 @@ class FramedConn final : public Conn {
   flagcxResult_t progressSend(Lane &l, int li, bool *moved);
   flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
   flagcxResult_t takeHeader(Lane &l, int li);
+  flagcxResult_t peerGaveUp(const FrameHeader &h);
   void popDone(Queue &q);
   void collectPullAcks(bool *moved);
   void freeSlot(int slot);
@@ -176,6 +182,7 @@ class FramedConn final : public Conn {
   bool canPull_ = false;
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
+  bool poisoned_ = false;  // an error frame went out (see poison())
   // Stall and liveness tracking (see idle()).
   using Clock = std::chrono::steady_clock;
   Clock::time_point lastMove_{}, lastIdleCall_{}, lastLiveCheck_{};

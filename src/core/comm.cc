@@ -65,6 +65,67 @@ bool commIsLive(const flagcxComm *comm) {
   return g_live.count(comm) != 0 && comm->magic == flagcxComm::kMagic;
 }
 
+// Clusters of ranks: by device kind (in order of first appearance), or the
+// sizes of FLAGCX_CLUSTER_SPLIT_LIST over consecutive ranks.  The list must
+// add up to nranks and be the same on every rank (checked collectively).
+static flagcxResult_t assignClusters(flagcxComm *comm) {
+  int n = comm->nranks;
+  const auto &peers = comm->bs->peers();
+  comm->clusterOf.assign(static_cast<size_t>(n), 0);
+  const std::string &list = paramStr(Param::CLUSTER_SPLIT_LIST);
+  uint64_t mine = 0;  // 0: no list
+  std::string bad;
+  if (!list.empty()) {
+    std::vector<int> sizes;
+    size_t pos = 0;
+    while (pos <= list.size() && bad.empty()) {
+      size_t comma = list.find(',', pos);
+      std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      char *end = nullptr;
+      long v = strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v <= 0 || v > n) bad = "'" + item + "' is not a size in 1.." + std::to_string(n);
+      else sizes.push_back(static_cast<int>(v));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+    int sum = 0;
+    for (int v : sizes) sum += v;
+    if (bad.empty() && sum != n)
+      bad = "the sizes add up to " + std::to_string(sum) + ", not to the " + std::to_string(n) + " ranks";
+    int r = 0;
+    for (size_t c = 0; bad.empty() && c < sizes.size(); c++)
+      for (int k = 0; k < sizes[c]; k++) comm->clusterOf[static_cast<size_t>(r++)] = static_cast<int>(c);
+    mine = fnv1a("clusters:" + list);
+    if (!bad.empty()) mine = 1;  // never equal to a valid list's hash on another rank
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(n));
+  all[static_cast<size_t>(comm->rank)] = mine;
+  FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(uint64_t)));
+  if (!bad.empty())
+    return argError(flagcxInvalidArgument, kInit, "rank %d: FLAGCX_CLUSTER_SPLIT_LIST=%s: %s",
+                    comm->rank, list.c_str(), bad.c_str());
+  for (int r = 0; r < n; r++)
+    if (all[static_cast<size_t>(r)] != mine)
+      return argError(flagcxInvalidArgument, kInit, "rank %d: FLAGCX_CLUSTER_SPLIT_LIST differs "
+                      "between ranks (rank %d has another value than this rank's '%s')",
+                      comm->rank, r, list.c_str());
+  if (list.empty()) {
+    std::vector<int> kinds;  // device kind of each cluster
+    for (int r = 0; r < n; r++) {
+      int k = peers[static_cast<size_t>(r)].deviceKind;
+      auto it = std::find(kinds.begin(), kinds.end(), k);
+      if (it == kinds.end()) it = kinds.insert(kinds.end(), k);
+      comm->clusterOf[static_cast<size_t>(r)] = static_cast<int>(it - kinds.begin());
+    }
+  }
+  comm->nclusters = 1 + *std::max_element(comm->clusterOf.begin(), comm->clusterOf.end());
+  if (comm->nclusters > 1) comm->homogeneous = false;
+  INFO(kInit, "rank %d: %d cluster(s)%s; this rank is in cluster %d", comm->rank, comm->nclusters,
+       list.empty() ? " by device kind" : " from FLAGCX_CLUSTER_SPLIT_LIST",
+       comm->clusterOf[static_cast<size_t>(comm->rank)]);
+  return flagcxSuccess;
+}
+
 // Direct mode (device memory read in place by same-host peers) needs every
 // rank to agree: each votes, and it is on only when all can and want it.
 static flagcxResult_t chooseDirect(flagcxComm *comm) {
@@ -81,6 +142,7 @@ static flagcxResult_t chooseDirect(flagcxComm *comm) {
   // anything on the progress thread).
   constexpr size_t kOutbox = 16 << 20;
   DeviceAdapter *dev = comm->dev;
+  FLAGCX_CHECK(dev->prepareEngine());
   void *ob = nullptr;
   FLAGCX_CHECK(dev->allocDevice(&ob, kOutbox));
   comm->outbox = static_cast<char *>(ob);
@@ -145,6 +207,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
     if (p.deviceKind != self.deviceKind) comm->homogeneous = false;
   }
   comm->nNodes = static_cast<int>(hosts.size());
+  FLAGCX_CHECK(assignClusters(comm.get()));
 
   // Transports: same host -> shm (unless disabled), otherwise socket.
   bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
@@ -175,7 +238,17 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
         comm->conns[static_cast<size_t>((*pl.peers)[i] * comm->nchannels + c)] =
             std::move(conns[i * static_cast<size_t>(comm->nchannels) + static_cast<size_t>(c)]);
   }
-  FLAGCX_CHECK(AlgoSet::create(rank, nranks, comm->localRanks, &comm->algos));
+  // Hierarchical algorithms group ranks by host; with equal clusters from
+  // FLAGCX_CLUSTER_SPLIT_LIST they group by cluster instead.
+  int groupSize = comm->localRanks;
+  if (paramIsSet(Param::CLUSTER_SPLIT_LIST) && comm->nclusters > 1 &&
+      nranks % comm->nclusters == 0) {
+    bool equal = true;
+    for (int r = 0; r < nranks; r++)
+      equal = equal && comm->clusterOf[static_cast<size_t>(r)] == r / (nranks / comm->nclusters);
+    if (equal) groupSize = nranks / comm->nclusters;
+  }
+  FLAGCX_CHECK(AlgoSet::create(rank, nranks, groupSize, &comm->algos));
   FLAGCX_CHECK(makeVendorCcl(comm.get(), &comm->ccl));
   FLAGCX_CHECK(chooseDirect(comm.get()));
   FLAGCX_CHECK(comm->bs->barrier());

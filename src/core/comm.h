@@ -32,6 +32,11 @@ struct flagcxComm {
   int nchannels = 1;
   int deviceIndex = 0;
   bool homogeneous = true;
+  // Clusters: ranks grouped by device kind, or by FLAGCX_CLUSTER_SPLIT_LIST
+  // (consecutive ranks, sizes as listed).  More than one cluster makes the
+  // communicator heterogeneous (the engine, never a vendor CCL, runs it).
+  std::vector<int> clusterOf;  // [rank]
+  int nclusters = 1;
   flagcx::DeviceAdapter *dev = nullptr;
   std::unique_ptr<flagcx::Bootstrap> bs;
   std::unique_ptr<flagcx::Transport> shm, sock;
@@ -51,6 +56,7 @@ struct flagcxComm {
   std::string lastError;
   flagcx::FlightRecorder flight;
   uint64_t collSeq = 0;  // collectives issued (same sequence on every rank)
+  uint64_t curTag = 0;   // tag of the operation the executor runs (for error frames)
   std::vector<flagcx::Job *> freeJobs;  // recycled stream work (under mu)
 
   // Reused by the executor (only one operation runs at a time).

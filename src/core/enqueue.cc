@@ -82,6 +82,7 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
   outstanding.assign(static_cast<size_t>(2 * comm->nranks * comm->nchannels), 0);
   std::vector<char> &blocked = comm->scratchFlags;
   constexpr int kLimit = Conn::kMaxPosted / 2 - 8;  // per direction
+  unsigned idleRounds = 0;
   while (remaining > 0) {
     if (comm->aborting) return flagcxRemoteError;
     bool progressed = false;
@@ -133,7 +134,21 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
     }
     if (progressed) {
       wait.progressed();
+      idleRounds = 0;
       continue;
+    }
+    // Now and then, look at every peer: one that gave up (an error frame)
+    // fails this operation at once, even when this stage waits on others.
+    if (++idleRounds % 256 == 0) {
+      for (auto &c : comm->conns) {
+        if (!c) continue;
+        flagcxResult_t r = c->progress();
+        if (r != flagcxSuccess) {
+          std::string cause = lastErrorText();
+          WARN(kColl, "rank %d: %s: rank %d failed: %s", comm->rank, what, c->peer(), cause.c_str());
+          return r;
+        }
+      }
     }
     if (wait.expired()) {
       std::string pending;
@@ -483,6 +498,7 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   slice -= slice % ts;
   uint64_t tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
                          a.op == OpKind::AlltoAllv ? 0 : a.count);
+  comm->curTag = tag;
   char what[96];
   snprintf(what, sizeof(what), "%s/%s #%llu", opName(a.op), s->algo.c_str(),
            static_cast<unsigned long long>(ci.seq));
@@ -736,12 +752,25 @@ flagcxResult_t runP2PStaged(flagcxComm *comm, std::vector<P2PItem> &items) {
   return flagcxSuccess;
 }
 
+// This rank gave up on an operation: tell every peer at once (an error frame
+// on each connection), so that ranks waiting on it fail now, naming the
+// cause, instead of at FLAGCX_TIMEOUT.  Mismatches keep their code.
+void poisonPeers(flagcxComm *comm, flagcxResult_t res) {
+  MismatchNote note = lastMismatch();
+  flagcxResult_t code = res == flagcxInvalidUsage ? flagcxInvalidUsage : flagcxRemoteError;
+  uint64_t mine = note.mine ? note.mine : comm->curTag;
+  for (auto &c : comm->conns)
+    if (c) c->poison(code, mine, note.theirs);
+}
+
 flagcxResult_t runJob(void *arg) {
   Job *j = static_cast<Job *>(arg);
   flagcxComm *comm = j->comm;
   logSetRank(comm->rank);
   TRACE(kColl, "rank %d: job #%llu starts (%zu collective(s), %zu p2p)", comm->rank,
         static_cast<unsigned long long>(j->ticket), j->ncolls, j->p2p.size());
+  lastMismatch() = MismatchNote{};
+  comm->curTag = kP2PTag;
   flagcxResult_t res = commWaitTurn(comm, j->ticket);
   for (size_t k = 0; k < j->ncolls; k++) {
     CollItem &c = j->colls[k];
@@ -757,7 +786,10 @@ flagcxResult_t runJob(void *arg) {
     res = comm->staged ? runP2PStaged(comm, j->p2p) : runP2P(comm, j->p2p);
     comm->flight.end(fe, res == flagcxSuccess);
   }
-  if (res != flagcxSuccess) comm->flight.dump(flagcxGetErrorString(res));
+  if (res != flagcxSuccess) {
+    comm->flight.dump(flagcxGetErrorString(res));
+    poisonPeers(comm, res);
+  }
   commFinishTurn(comm, j->ticket, res);
   returnJob(j);
   comm->inFlight.fetch_sub(1);

@@ -38,7 +38,7 @@ X(DATA_DIR, Str, "", "where the shipped algos/ and config/ live (default: found 
 
 // Heterogeneous communicators
 X(USE_HETERO_COMM, Int, "0", "1: route every operation through the flagcx engine, even on homogeneous communicators")
-X(CLUSTER_SPLIT_LIST, Str, "", "split ranks into clusters of these sizes, e.g. 2,2")
+X(CLUSTER_SPLIT_LIST, Str, "", "split consecutive ranks into clusters of these sizes, e.g. 2,2 (default: by device kind)")
 X(NCCL_LIB, Str, "libnccl.so.2", "path or name of the NCCL library loaded at run time")
 
 // Reliability

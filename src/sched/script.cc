@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -35,6 +36,8 @@ struct Sandbox::State {
   size_t cap = 0;
   uint64_t budget = 0;
   uint64_t count = 0;
+  double seconds = 5.0;
+  std::chrono::steady_clock::time_point deadline;
   std::string path;  // full path, to undo Lua's shortening of long chunk names
 };
 
@@ -42,7 +45,9 @@ namespace {
 
 constexpr int kHookEvery = 1000;
 constexpr int kMaxChunks = 1 << 20;
-constexpr size_t kMaxStepsPerRank = size_t(1) << 20;
+// A real schedule has a few thousand steps per rank; more is a runaway
+// script, stopped before it spends seconds appending (a fuzzer's slow unit).
+constexpr size_t kMaxStepsPerRank = size_t(1) << 16;
 const char *kRefMeta = "flagcx.chunkref";
 
 void *sandboxAlloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -63,7 +68,18 @@ void countHook(lua_State *L, lua_Debug *ar) {
   lua_getallocf(L, &ud);
   auto *st = static_cast<Sandbox::State *>(ud);
   st->count += kHookEvery;
-  if (st->count <= st->budget) return;
+  if (st->count <= st->budget) {
+    // Instructions are cheap to count; builder calls (C) between them are
+    // not, so the wall clock bounds an entry as well.
+    if (std::chrono::steady_clock::now() < st->deadline) return;
+    lua_getinfo(L, "Sl", ar);
+    if (ar->currentline > 0)
+      lua_pushfstring(L, "%s:%d: ran for more than %d s: endless work?", ar->short_src,
+                      ar->currentline, static_cast<int>(st->seconds));
+    else
+      lua_pushfstring(L, "ran for more than %d s: endless work?", static_cast<int>(st->seconds));
+    lua_error(L);
+  }
   lua_getinfo(L, "Sl", ar);
   if (ar->currentline > 0)
     lua_pushfstring(L, "%s:%d: instruction budget exceeded (%d million instructions): endless loop?",
@@ -352,6 +368,7 @@ bool Sandbox::create(const std::string &path, const ScriptLimits &limits,
   sb->state_ = std::make_unique<State>();
   sb->state_->cap = limits.memoryBytes;
   sb->state_->budget = limits.instructions;
+  sb->state_->seconds = limits.seconds;
   sb->state_->path = path;
   sb->L_ = lua_newstate(sandboxAlloc, sb->state_.get());
   if (!sb->L_) {
@@ -368,6 +385,8 @@ bool Sandbox::create(const std::string &path, const ScriptLimits &limits,
 bool Sandbox::pcall(int nargs, int nresults, std::string *err) {
   State *st = state_.get();
   st->count = 0;
+  st->deadline = std::chrono::steady_clock::now() +
+                 std::chrono::microseconds(static_cast<int64_t>(st->seconds * 1e6));
   int rc = lua_pcall(L_, nargs, nresults, 0);
   if (rc == 0) return true;
   if (rc == LUA_ERRMEM) {

@@ -24,6 +24,7 @@ namespace flagcx {
 struct ScriptLimits {
   size_t memoryBytes = size_t(64) << 20;    // per script state
   uint64_t instructions = 200'000'000;      // per entry into the script
+  double seconds = 5.0;                     // wall clock per entry into the script
 };
 
 // What a schedule is compiled for.  ranksPerHost is exposed to scripts as

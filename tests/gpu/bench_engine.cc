@@ -92,6 +92,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, bool sta
   {
     std::vector<float> v(4099, static_cast<float>(rank + 1)), got(4099);
     RANK_OK(h->deviceMemcpy(a, v.data(), v.size() * 4, flagcxMemcpyHostToDevice, nullptr));
+    RANK_OK(h->deviceSynchronize());  // s does not wait for the legacy stream by itself
     RANK_OK(flagcxAllReduce(a, b, v.size(), flagcxFloat32, flagcxSum, comm, s));
     RANK_OK(h->streamSynchronize(s));
     RANK_OK(h->deviceMemcpy(got.data(), b, got.size() * 4, flagcxMemcpyDeviceToHost, nullptr));

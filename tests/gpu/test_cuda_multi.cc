@@ -129,7 +129,10 @@ struct Buf {
     else free(p);
   }
   int put(const std::vector<float> &v) {
-    if (device) RANK_OK(h->deviceMemcpy(p, const_cast<float *>(v.data()), v.size() * 4, flagcxMemcpyHostToDevice, nullptr));
+    if (device) {
+      RANK_OK(h->deviceMemcpy(p, const_cast<float *>(v.data()), v.size() * 4, flagcxMemcpyHostToDevice, nullptr));
+      RANK_OK(h->deviceSynchronize());  // the test's streams do not wait for the legacy stream
+    }
     else memcpy(p, v.data(), v.size() * 4);
     return 0;
   }

@@ -2,6 +2,8 @@
 // rejected with the right message, the sandbox holds, and the registry,
 // tuner and AlgoSet honour FLAGCX_ALGO_PATH, FLAGCX_ALGO, FLAGCX_TUNING_*.
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -147,6 +149,24 @@ TEST(SchedBroken, OutputNeverWritten) {
 TEST(SchedBroken, EndlessLoopHitsBudget) {
   std::string err = verifyError(kScripts + "endless_loop.lua");
   EXPECT_TRUE(contains(err, kScripts + "endless_loop.lua:6: instruction budget exceeded")) << err;
+}
+
+// Work done in C between instructions (string.rep here, builder calls in a
+// real script) is bounded by the wall clock, not by the instruction count.
+TEST(SchedBroken, SlowScriptHitsWallClock) {
+  const std::string text =
+      "local t = 0\n"
+      "for i = 1, 100000000 do t = t + #string.rep('x', 1000000) end\n"
+      "return {}\n";
+  flagcx::ScriptLimits lim;
+  lim.seconds = 0.3;
+  std::unique_ptr<flagcx::Script> sc;
+  std::string err;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(flagcx::Script::loadText("slow.lua", text, &sc, &err, lim));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(contains(err, "slow.lua:2: ran for more than")) << err;
+  EXPECT_LT(secs, 60.0) << "the limit did not stop the script";  // unbounded: hours
 }
 
 TEST(SchedBroken, MemoryHogHitsCap) {

@@ -16,7 +16,9 @@
 // calls from stream tasks) accept any mix of host and device pointers and
 // run through a private non-blocking stream, synchronously.
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "adapters/device/adapter.h"
@@ -313,7 +315,47 @@ class CudaAdapter final : public DeviceAdapter {
   }
   flagcxResult_t flush() override { return syncInternal(internalStream(currentDevice()), "engine"); }
 
+  flagcxResult_t prepareEngine() override {
+    int dev = currentDevice();
+    {
+      std::lock_guard<std::mutex> lk(warmMu_);
+      if (dev >= 0 && dev < 64 && warmed_[dev]) return flagcxSuccess;
+    }
+    // Every reduce (vector and element-wise paths), divide and copy kernel once.
+    cudaStream_t s = internalStream(dev);
+    char *buf = nullptr;
+    FLAGCX_CUDA_TRY("cudaMalloc (kernel warm-up)", cudaMalloc(reinterpret_cast<void **>(&buf), 3 * 4096));
+    flagcxResult_t res = flagcxSuccess;
+    for (int dt = 0; dt < flagcxNumTypes && res == flagcxSuccess; dt++) {
+      auto dtype = static_cast<flagcxDataType_t>(dt);
+      size_t ts = getFlagcxDataTypeSize(dtype);
+      for (int op = 0; op < flagcxRedNoOp; op++) {
+        auto rop = static_cast<flagcxRedOp_t>(op);
+        if (launchReduce(buf, buf + 4096, buf + 8192, 256 / ts, dtype, rop, s, smCount(dev)) != cudaSuccess ||
+            launchReduce(buf + ts, buf + 4096 + 2 * ts, buf + 8192 + 3 * ts, 100, dtype, rop, s,
+                         smCount(dev)) != cudaSuccess)
+          res = flagcxUnhandledDeviceError;
+      }
+      if (launchDivide(buf, buf + 4096, 256 / ts, dtype, 3, s, smCount(dev)) != cudaSuccess ||
+          launchDivide(buf + ts, buf + 4096 + 2 * ts, 100, dtype, 3, s, smCount(dev)) != cudaSuccess)
+        res = flagcxUnhandledDeviceError;
+    }
+    if (launchCopy(buf, buf + 4096, 1000, s, smCount(dev)) != cudaSuccess) res = flagcxUnhandledDeviceError;
+    cudaError_t e = cudaStreamSynchronize(s);
+    cudaFree(buf);
+    if (res != flagcxSuccess || e != cudaSuccess) {
+      cudaGetLastError();
+      WARN(kInit, "loading the CUDA kernels (warm-up launches) failed");
+      return flagcxUnhandledDeviceError;
+    }
+    std::lock_guard<std::mutex> lk(warmMu_);
+    if (dev >= 0 && dev < 64) warmed_[dev] = true;
+    return flagcxSuccess;
+  }
+
  private:
+  std::mutex warmMu_;
+  bool warmed_[64] = {};
   static flagcxResult_t needDeviceAccess(const char *fn, const void *d, const void *a, const void *b) {
     if (where(d) == Where::HostPageable || where(a) == Where::HostPageable ||
         where(b) == Where::HostPageable)
@@ -330,6 +372,9 @@ class CudaAdapter final : public DeviceAdapter {
 };
 
 CudaAdapter *probe() {
+  // Load kernels at start-up unless the user chose otherwise (see
+  // prepareEngine for why lazy loading is a hazard here).
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
