@@ -407,8 +407,10 @@ MismatchNote &lastMismatch() {
 }
 
 flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {
-  auto code = static_cast<flagcxResult_t>(h.length);
-  if (code == flagcxSuccess || code >= flagcxNumResults) code = flagcxRemoteError;
+  // The code comes from the peer: range-check it as a number first.
+  flagcxResult_t code = h.length > flagcxSuccess && h.length < flagcxNumResults
+                            ? static_cast<flagcxResult_t>(h.length)
+                            : flagcxRemoteError;
   // What this rank was doing with the peer: its oldest pending request.
   uint64_t mine = 0;
   if (recvQ_.count > 0) mine = reqs_[recvQ_.slots[recvQ_.head]].tag;
