@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #include "flagcx.h"
 
@@ -66,6 +67,17 @@ class DeviceAdapter {
     return reduce(dst, a, b, count, dtype, op, nullptr);
   }
   virtual flagcxResult_t flush() { return flagcxSuccess; }
+  // Pipelined host staging (src/core/enqueue.cc): page-locked host memory,
+  // and marks in the private stream's order.  `mark` returns a number for
+  // "everything issued so far"; `reached` says, without waiting, whether all
+  // of it is done.  Defaults: the heap, and every mark already reached.
+  virtual flagcxResult_t allocPinned(void **p, size_t bytes) {
+    *p = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    return *p ? flagcxSuccess : flagcxSystemError;
+  }
+  virtual void freePinned(void *p) { free(p); }
+  virtual flagcxResult_t mark(uint64_t *m) { *m = 0; return flagcxSuccess; }
+  virtual flagcxResult_t reached(uint64_t /*m*/, bool *done) { *done = true; return flagcxSuccess; }
   // Make sure every kernel the engine may launch is loaded, on the caller's
   // thread (CUDA loads kernels lazily, on first launch, and loading may wait
   // for every stream: from the progress thread, while it holds a user's

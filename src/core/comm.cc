@@ -304,6 +304,9 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
                                 &comm->dStageIn, &comm->dStageOut})
     if (b->p.load()) comm->dev->freeDevice(b->p.load());
   for (void *p : comm->dRetired) comm->dev->freeDevice(p);
+  for (flagcxComm::DevBuf *b : {&comm->pStageIn, &comm->pStageOut})
+    if (b->p.load()) comm->dev->freePinned(b->p.load());
+  for (void *p : comm->pRetired) comm->dev->freePinned(p);
   delete comm;
   return res;
 }

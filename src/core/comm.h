@@ -78,6 +78,25 @@ struct flagcxComm {
   DevBuf dScratch, dInPlace, dInAlt, dOutAlt, dStageIn, dStageOut;
   std::mutex dMu;                 // serializes growth (callers' threads)
   std::vector<void *> dRetired;
+  // Host staging without direct mode: page-locked copies of device buffers
+  // (grown on the caller's thread too: cudaHostAlloc may wait for streams).
+  DevBuf pStageIn, pStageOut;
+  std::vector<void *> pRetired;
+  // Pipelined staging (runCollStaged): the host copy of the input arrives
+  // slice by slice; slice k may be read once marks[k] is reached.  Sends
+  // from it wait for their slices, not for the whole copy.
+  struct StageGate {
+    const char *base = nullptr;
+    size_t bytes = 0, slice = 1, ready = 0;  // slices [0, ready) are known copied
+    std::vector<uint64_t> marks;
+  } gate;
+  // ... and the output goes back to the device chunk by chunk, as each
+  // chunk's last write completes.
+  struct StageSink {
+    char *host = nullptr, *dev = nullptr;
+    size_t bytes = 0;
+    bool used = false;  // runColl copied the whole output back
+  } sink;
   // Small messages go through each rank's outbox: one device buffer per
   // rank, mapped by every peer at init.  Large ones are read from the
   // sender's own buffer, mapped on first use (ipcImports).
@@ -90,6 +109,7 @@ struct flagcxComm {
   std::vector<int> scratchCounts;
   std::vector<char> scratchFlags;
   std::vector<size_t> scratchDispls;
+  std::vector<int> scratchLastWrite;
   std::vector<flagcx::Xfer> scratchXfers;
 
   flagcx::Conn *conn(int peer, int ch = 0) {

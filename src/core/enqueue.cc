@@ -67,6 +67,35 @@ void returnJob(Job *j) {
   comm->freeJobs.push_back(j);
 }
 
+// Pipelined staging: is the host copy of [p, p+len) complete?  Bytes outside
+// the gated input always are.
+flagcxResult_t gateReady(flagcxComm *comm, const char *p, size_t len, bool *ok) {
+  flagcxComm::StageGate &g = comm->gate;
+  *ok = true;
+  if (!g.base || !len || p + len <= g.base || p >= g.base + g.bytes) return flagcxSuccess;
+  size_t last = static_cast<size_t>(std::min(p + len, g.base + g.bytes) - g.base - 1) / g.slice;
+  if (last < g.ready) return flagcxSuccess;
+  FLAGCX_CHECK(comm->dev->reached(g.marks[last], ok));  // reached: every earlier mark too
+  if (*ok) g.ready = last + 1;
+  return flagcxSuccess;
+}
+
+flagcxResult_t gateWait(flagcxComm *comm, const char *p, size_t len) {
+  Backoff wait;
+  for (;;) {
+    bool ok = false;
+    FLAGCX_CHECK(gateReady(comm, p, len, &ok));
+    if (ok) return flagcxSuccess;
+    if (comm->aborting) return flagcxRemoteError;
+    if (wait.expired()) {
+      WARN(kColl, "rank %d: the device-to-host copy of an input did not finish within "
+           "FLAGCX_TIMEOUT=%llds", comm->rank, static_cast<long long>(paramInt(Param::TIMEOUT)));
+      return flagcxSystemError;
+    }
+    wait.idle();
+  }
+}
+
 // Post and progress every transfer in `xs`; keep per-Conn posting order and
 // the per-Conn limit on outstanding requests.  Sends and receives are
 // ordered separately on a Conn, so each direction has its own half of the
@@ -94,6 +123,14 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
       if (blocked[ci] || outstanding[ci] >= kLimit) {
         blocked[ci] = 1;
         continue;
+      }
+      if (x.isSend && comm->gate.base) {  // its bytes may still be on their way from the device
+        bool ready = false;
+        FLAGCX_CHECK(gateReady(comm, x.buf, x.bytes, &ready));
+        if (!ready) {
+          blocked[ci] = 1;
+          continue;
+        }
       }
       flagcxResult_t r = x.isSend ? x.conn->isend(x.buf, x.bytes, x.tag, &x.req)
                                   : x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
@@ -124,9 +161,9 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
              "calls?)", comm->rank, what, got, x.peer, x.bytes);
         return flagcxInvalidUsage;
       }
+      // Host memory only here (device buffers are staged or go direct).
       if (x.reduceDst && x.bytes)
-        FLAGCX_CHECK(comm->dev->reduce(x.reduceDst, x.reduceDst, x.buf, x.bytes / ts, dt, op,
-                                       nullptr));
+        FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceDst, x.buf, x.bytes / ts, dt, op));
       x.done = true;
       remaining--;
       progressed = true;
@@ -227,7 +264,8 @@ constexpr size_t kCtrlBytes = 32 + DeviceAdapter::kIpcRefBytes;
 constexpr size_t kOutboxMax = 2 << 20;  // messages below this go through the outbox
 constexpr size_t kMaxImports = 4096;
 
-char *growDevice(flagcxComm *comm, flagcxComm::DevBuf &b, size_t bytes) {
+// Grow a device (or, with `pinned`, page-locked host) working buffer.
+char *growDevBuf(flagcxComm *comm, flagcxComm::DevBuf &b, size_t bytes, bool pinned) {
   if (b.cap.load(std::memory_order_acquire) >= bytes) return b.p.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> lk(comm->dMu);
   size_t cap = b.cap.load();
@@ -237,11 +275,16 @@ char *growDevice(flagcxComm *comm, flagcxComm::DevBuf &b, size_t bytes) {
   cap = std::max<size_t>(cap, 2 << 20);
   while (cap < bytes) cap *= 2;
   void *p = nullptr;
-  if (comm->dev->allocDevice(&p, cap) != flagcxSuccess) return nullptr;
-  if (b.p.load()) comm->dRetired.push_back(b.p.load());  // may still be in use: freed at destroy
+  if ((pinned ? comm->dev->allocPinned(&p, cap) : comm->dev->allocDevice(&p, cap)) != flagcxSuccess)
+    return nullptr;
+  // The old one may still be in use: freed at destroy.
+  if (b.p.load()) (pinned ? comm->pRetired : comm->dRetired).push_back(b.p.load());
   b.p.store(static_cast<char *>(p), std::memory_order_release);
   b.cap.store(cap, std::memory_order_release);
   return static_cast<char *>(p);
+}
+char *growDevice(flagcxComm *comm, flagcxComm::DevBuf &b, size_t bytes) {
+  return growDevBuf(comm, b, bytes, false);
 }
 
 flagcxResult_t importPeer(flagcxComm *comm, const char *ref, int peer, char **out) {
@@ -481,6 +524,7 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   // Schedules assume distinct input and output: snapshot an overlapping input.
   if (in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
     char *copy = work(comm->bufInPlace, comm->dInPlace, inBytes);
+    FLAGCX_CHECK(gateWait(comm, in.base, inBytes));
     if (copy) FLAGCX_CHECK(localCopy(comm, copy, in.base, inBytes));
     in.base = copy;
   }
@@ -503,6 +547,31 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
   snprintf(what, sizeof(what), "%s/%s #%llu", opName(a.op), s->algo.c_str(),
            static_cast<unsigned long long>(ci.seq));
   std::vector<Xfer> &xs = comm->scratchXfers;
+  // Staged output: each output chunk goes back to the device after the
+  // stage that writes it last (an Avg divides the whole output at the end,
+  // and alltoallv chunks may overlap: those copy back at once, after).
+  flagcxComm::StageSink &sink = comm->sink;
+  bool sinking = !direct && sink.host && out.base == sink.host && a.op != OpKind::AlltoAllv &&
+                 !(a.redop == flagcxAvg && opReduces(a.op));
+  std::vector<int> &lastWrite = comm->scratchLastWrite;
+  if (sinking) {
+    lastWrite.assign(static_cast<size_t>(out.nchunks), -1);
+    for (const Step &st : rs.steps)
+      if (st.kind != StepKind::Send && st.dst.buf == BufKind::Output && st.dst.chunk >= 0 &&
+          st.dst.chunk < out.nchunks)
+        lastWrite[static_cast<size_t>(st.dst.chunk)] =
+            std::max(lastWrite[static_cast<size_t>(st.dst.chunk)], st.stage);
+  }
+  auto sinkChunks = [&](int stage) -> flagcxResult_t {
+    for (int c = 0; c < out.nchunks; c++) {
+      if (lastWrite[static_cast<size_t>(c)] != stage) continue;
+      char *p;
+      size_t b;
+      out.range(c, &p, &b);
+      if (b) FLAGCX_CHECK(comm->dev->copyAsync(sink.dev + (p - sink.host), p, b));
+    }
+    return flagcxSuccess;
+  };
   size_t i = 0;
   while (i < rs.steps.size()) {
     int stage = rs.steps[i].stage;
@@ -522,12 +591,13 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
              stepText(st).c_str(), sb, db);
         return flagcxInternalError;
       }
+      if (!direct) FLAGCX_CHECK(gateWait(comm, sp, sb));
       if (st.kind == StepKind::Copy) {
         FLAGCX_CHECK(localCopy(comm, dp, sp, sb));
       } else if (sb && direct) {
         FLAGCX_CHECK(comm->dev->reduceAsync(dp, dp, sp, sb / ts, a.dtype, a.redop));
       } else if (sb) {
-        FLAGCX_CHECK(comm->dev->reduce(dp, dp, sp, sb / ts, a.dtype, a.redop, nullptr));
+        FLAGCX_CHECK(hostReduce(dp, dp, sp, sb / ts, a.dtype, a.redop));
       }
     }
     if (direct) FLAGCX_CHECK(comm->dev->flush());
@@ -573,11 +643,19 @@ flagcxResult_t runColl(flagcxComm *comm, CollItem &ci) {
     }
     FLAGCX_CHECK(direct ? runDirectXfers(comm, xs, a.dtype, a.redop, what)
                         : runXfers(comm, xs, a.dtype, a.redop, what));
+    if (sinking) FLAGCX_CHECK(sinkChunks(stage));
     i = end;
+  }
+  if (sinking) {
+    FLAGCX_CHECK(sinkChunks(-1));  // chunks no step wrote go back as they are
+    sink.used = true;
   }
   if (a.redop == flagcxAvg && opReduces(a.op) && isRoot) {
     // Every reducing op's output holds `count` elements (reducescatter: its block).
-    FLAGCX_CHECK(comm->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+    if (direct)
+      FLAGCX_CHECK(comm->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+    else
+      FLAGCX_CHECK(hostDivide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n)));
   }
   return flagcxSuccess;
 }
@@ -663,10 +741,32 @@ flagcxResult_t reserveDirect(Job *j) {
   return need(comm->dStageIn, staged);
 }
 
-// Device buffers without direct mode: whole-buffer copies through host
-// memory around the host engine (not pipelined with the transfers).  In
-// direct mode, user buffers that are not device memory (pageable or pinned
-// host, managed) are copied into device working buffers the same way.
+// Host staging without direct mode: grow the page-locked staging buffers on
+// the caller's thread (as reserveDirect does).  Without them the executor
+// stages through the heap, slower but correct.
+void reserveStaged(Job *j) {
+  flagcxComm *comm = j->comm;
+  size_t in = 0, out = 0, p2p = 0;
+  for (size_t k = 0; k < j->ncolls; k++) {
+    size_t ts = getFlagcxDataTypeSize(j->colls[k].a.dtype);
+    in = std::max(in, elemsIn(j->colls[k], comm->nranks) * ts);
+    out = std::max(out, elemsOut(j->colls[k], comm->nranks) * ts);
+  }
+  for (const P2PItem &it : j->p2p) p2p += it.bytes;
+  in = std::max(in, p2p);
+  if ((in && !growDevBuf(comm, comm->pStageIn, in, true)) ||
+      (out && !growDevBuf(comm, comm->pStageOut, out, true)))
+    INFO(kColl, "rank %d: no page-locked staging memory (%zu/%zu bytes); staging through the heap",
+         comm->rank, in, out);
+}
+
+// Device buffers without direct mode: through page-locked host copies
+// around the host engine, pipelined: the input comes over in slices of
+// FLAGCX_STAGE_SLICE_SIZE and a send leaves as soon as its slices are on
+// the host (the gate); output chunks go back as soon as their last write is
+// done (the sink).  In direct mode, user buffers that are not device memory
+// (pageable or pinned host, managed) are copied into device working buffers
+// whole.
 flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
   DeviceAdapter *dev = comm->dev;
   bool direct = comm->direct;
@@ -677,13 +777,17 @@ flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
   if (direct && (!send || !inB || dev->isDeviceMemory(send)) &&
       (!recv || !outB || dev->isDeviceMemory(recv)))
     return runColl(comm, ci);
-  auto stage = [&](std::vector<char> &h, flagcxComm::DevBuf &d, size_t bytes) -> char * {
-    return direct ? growDevice(comm, d, bytes) : growBuffer(h, bytes);
+  auto stage = [&](std::vector<char> &h, flagcxComm::DevBuf &d, flagcxComm::DevBuf &pin,
+                   size_t bytes) -> char * {
+    if (direct) return growDevice(comm, d, bytes);
+    // Page-locked when reserveStaged could get it, else the heap.
+    if (pin.cap.load(std::memory_order_acquire) >= bytes) return pin.p.load(std::memory_order_acquire);
+    return growBuffer(h, bytes);
   };
   CollItem h = ci;
   char *hOut = nullptr, *hIn = nullptr;
   if (recv && outB) {
-    hOut = stage(comm->bufStageOut, comm->dStageOut, outB);
+    hOut = stage(comm->bufStageOut, comm->dStageOut, comm->pStageOut, outB);
     if (!hOut) return flagcxSystemError;
     h.a.recv = hOut;
   }
@@ -693,16 +797,45 @@ flagcxResult_t runCollStaged(flagcxComm *comm, CollItem &ci) {
     FLAGCX_CHECK(dev->copy(hOut, recv, outB, nullptr));
     h.a.send = hOut + (send - recv);
   } else if (send && inB) {
-    hIn = stage(comm->bufStageIn, comm->dStageIn, inB);
+    hIn = stage(comm->bufStageIn, comm->dStageIn, comm->pStageIn, inB);
     if (!hIn) return flagcxSystemError;
-    FLAGCX_CHECK(dev->copy(hIn, send, inB, nullptr));
     h.a.send = hIn;
     if (recvInsideSend) h.a.recv = hIn + (recv - send);
+    if (direct || recvInsideSend) {
+      FLAGCX_CHECK(dev->copy(hIn, send, inB, nullptr));
+    } else {
+      flagcxComm::StageGate &g = comm->gate;
+      g.slice = static_cast<size_t>(std::max<int64_t>(paramInt(Param::STAGE_SLICE_SIZE), 4096));
+      g.marks.clear();
+      g.ready = 0;
+      flagcxResult_t r = flagcxSuccess;
+      for (size_t off = 0; off < inB && r == flagcxSuccess; off += g.slice) {
+        r = dev->copyAsync(hIn + off, send + off, std::min(g.slice, inB - off));
+        uint64_t m = 0;
+        if (r == flagcxSuccess) r = dev->mark(&m);
+        g.marks.push_back(m);
+      }
+      if (r != flagcxSuccess) {
+        dev->flush();
+        return r;
+      }
+      g.base = hIn;
+      g.bytes = inB;
+    }
   }
+  // A non-root rank's output of reduce and gather is not the caller's to see.
+  bool rootOnly = (ci.a.op == OpKind::Reduce || ci.a.op == OpKind::Gather) && comm->rank != ci.a.root;
+  if (!direct && hOut && !recvInsideSend && !rootOnly) comm->sink = {hOut, recv, outB, false};
   flagcxResult_t r = runColl(comm, h);
   ci.flight = h.flight;
+  bool sunk = comm->sink.used;
+  comm->gate = flagcxComm::StageGate{};
+  comm->sink = flagcxComm::StageSink{};
+  // Copies still in flight read or write the staging buffers: finish them.
+  flagcxResult_t f = direct ? flagcxSuccess : dev->flush();
   FLAGCX_CHECK(r);
-  if (recv && outB) FLAGCX_CHECK(dev->copy(recv, h.a.recv, outB, nullptr));
+  FLAGCX_CHECK(f);
+  if (recv && outB && !sunk && !rootOnly) FLAGCX_CHECK(dev->copy(recv, h.a.recv, outB, nullptr));
   return flagcxSuccess;
 }
 
@@ -734,7 +867,9 @@ flagcxResult_t runP2PStaged(flagcxComm *comm, std::vector<P2PItem> &items) {
   if (comm->direct) return runP2PDirect(comm, items);
   size_t total = 0;
   for (auto &it : items) total += it.bytes;
-  char *stage = growBuffer(comm->bufStageIn, total);
+  char *stage = comm->pStageIn.cap.load(std::memory_order_acquire) >= total
+                    ? comm->pStageIn.p.load(std::memory_order_acquire)
+                    : growBuffer(comm->bufStageIn, total);
   std::vector<P2PItem> h = items;
   size_t off = 0;
   for (auto &it : h) {
@@ -852,6 +987,7 @@ flagcxResult_t groupEnd() {
     }
     TRACE(kColl, "rank %d: launching job (%zu collective(s))", j->comm->rank, j->ncolls);
     flagcxResult_t r = j->comm->direct ? reserveDirect(j) : flagcxSuccess;
+    if (j->comm->staged && !j->comm->direct) reserveStaged(j);
     if (r != flagcxSuccess) {
       returnJob(j);
       res = r;

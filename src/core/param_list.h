@@ -27,6 +27,7 @@ X(SHM_PULL, Int, "1", "1: same-host messages >= 64 KiB are read straight from th
 X(SOCKET_NTHREADS, Int, "1", "socket transport: progress threads per peer connection set")
 X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress thread")
 X(NET_CHUNK_SIZE, Int, "524288", "bytes of a pipeline slice for large messages")
+X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")
 
 // Algorithms and tuning

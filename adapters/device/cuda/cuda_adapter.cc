@@ -18,7 +18,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "adapters/device/adapter.h"
@@ -315,6 +318,56 @@ class CudaAdapter final : public DeviceAdapter {
   }
   flagcxResult_t flush() override { return syncInternal(internalStream(currentDevice()), "engine"); }
 
+  flagcxResult_t allocPinned(void **p, size_t bytes) override {
+    FLAGCX_CUDA_TRY("cudaHostAlloc (engine staging)", cudaHostAlloc(p, bytes, cudaHostAllocPortable));
+    return flagcxSuccess;
+  }
+  void freePinned(void *p) override {
+    if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+  }
+  // Marks: an event recorded on the private stream, per device; numbers grow
+  // by one per mark, and events are recycled once reached.
+  flagcxResult_t mark(uint64_t *m) override {
+    int dev = currentDevice();
+    if (dev < 0 || dev >= kMaxDev) return flagcxInternalError;
+    std::lock_guard<std::mutex> lk(markMu_);
+    Marks &mk = marks_[dev];
+    cudaEvent_t e;
+    if (!mk.spare.empty()) {
+      e = mk.spare.back();
+      mk.spare.pop_back();
+    } else {
+      FLAGCX_CUDA_TRY("cudaEventCreateWithFlags (engine mark)",
+                      cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    cudaError_t r = cudaEventRecord(e, internalStream(dev));
+    if (r != cudaSuccess) {
+      mk.spare.push_back(e);
+      return cudaFail("cudaEventRecord (engine mark)", r);
+    }
+    *m = ++mk.last;
+    mk.pending.push_back({*m, e});
+    return flagcxSuccess;
+  }
+  flagcxResult_t reached(uint64_t m, bool *done) override {
+    int dev = currentDevice();
+    if (dev < 0 || dev >= kMaxDev) return flagcxInternalError;
+    std::lock_guard<std::mutex> lk(markMu_);
+    Marks &mk = marks_[dev];
+    while (!mk.pending.empty() && mk.pending.front().first <= m) {
+      cudaError_t r = cudaEventQuery(mk.pending.front().second);
+      if (r == cudaErrorNotReady) {
+        *done = false;
+        return flagcxSuccess;
+      }
+      mk.spare.push_back(mk.pending.front().second);
+      mk.pending.pop_front();
+      if (r != cudaSuccess) return cudaFail("engine copy (mark)", r);
+    }
+    *done = true;
+    return flagcxSuccess;
+  }
+
   flagcxResult_t prepareEngine() override {
     int dev = currentDevice();
     {
@@ -354,8 +407,16 @@ class CudaAdapter final : public DeviceAdapter {
   }
 
  private:
+  static constexpr int kMaxDev = 64;
   std::mutex warmMu_;
-  bool warmed_[64] = {};
+  bool warmed_[kMaxDev] = {};
+  struct Marks {
+    uint64_t last = 0;
+    std::deque<std::pair<uint64_t, cudaEvent_t>> pending;
+    std::vector<cudaEvent_t> spare;
+  };
+  std::mutex markMu_;
+  Marks marks_[kMaxDev];
   static flagcxResult_t needDeviceAccess(const char *fn, const void *d, const void *a, const void *b) {
     if (where(d) == Where::HostPageable || where(a) == Where::HostPageable ||
         where(b) == Where::HostPageable)
