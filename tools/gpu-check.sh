@@ -10,6 +10,8 @@
 #   GPU_CHECK_BENCH_MIB=N    largest benchmark buffer in MiB (default 1024)
 #   GPU_CHECK_EXTRA_TESTS=1  also build and run the CPU quick suite
 #   GPU_CHECK_MATRIX=0       skip the engine's correctness matrix on device buffers
+#   GPU_CHECK_TESTS=0        skip the tests (benchmarks only)
+#   GPU_CHECK_BENCH=0        skip the benchmarks (tests only)
 #   GPU_CHECK_PREBUILT=1     use the binaries already in <builddir> (no meson,
 #                            no ninja): a build made elsewhere with the same layout
 #   FLAGCX_NCCL_LIB=path     NCCL to load (default: libnccl.so.2, else a pip
@@ -38,6 +40,7 @@ if [ -d "$DEBS" ] && ! pkg-config --exists luajit yaml-cpp gtest 2>/dev/null; th
     mkdir -p "$ROOT"
     for f in "$DEBS"/*.deb; do dpkg -x "$f" "$ROOT"; done
     for pc in "$ROOT"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+      [ -f "$pc" ] || continue  # runtime packages only: no .pc files
       sed -i "s#^\(prefix\|libdir\|includedir\)=/usr#\1=$ROOT/usr#" "$pc"
     done
   fi
@@ -81,7 +84,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/bench_cuda tests/gpu/bench_engine tests/mr/test_mr_coll"
+targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_nccl tests/mr/test_mr_coll"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -105,17 +108,25 @@ run_test() {  # name, command...
     *) result[$name]="FAIL (exit $rc)" ;;
   esac
 }
-run_test cuda-adapter timeout 300 "$B/tests/gpu/test_cuda_adapter"
-run_test cuda-multi timeout 600 "$B/tests/gpu/test_cuda_multi"
-run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
-run_test engine-bench timeout 600 "$B/tests/gpu/bench_engine" 2 "$MIB"
-if [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
+TESTS=${GPU_CHECK_TESTS:-1}
+BENCH=${GPU_CHECK_BENCH:-1}
+if [ "$TESTS" = 1 ]; then
+  run_test cuda-adapter timeout 300 "$B/tests/gpu/test_cuda_adapter"
+  run_test cuda-multi timeout 600 "$B/tests/gpu/test_cuda_multi"
+fi
+if [ "$BENCH" = 1 ]; then
+  run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
+  run_test engine-bench timeout 600 "$B/tests/gpu/bench_engine" 2 "$MIB"
+  [ -x "$B/tests/gpu/bench_nccl" ] && run_test nccl-bench timeout 300 "$B/tests/gpu/bench_nccl" 256
+fi
+if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
   # The engine's correctness matrix (quick: nranks 1-5, every shipped
   # algorithm, dtypes x ops x counts x in-place) on device buffers, ranks
-  # sharing the GPU: host staging for a part, then direct mode (CUDA IPC).
+  # sharing the GPU: host staging (pipelined in 4 KiB slices, so that every
+  # message of the matrix crosses slice boundaries), then direct mode (CUDA IPC).
   run_test matrix-staged env MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1 \
-    FLAGCX_IPC_DISABLE=1 timeout 900 "$B/tests/mr/test_mr_coll" \
-    --gtest_filter='Collectives/*allreduce_ring*:Collectives/*alltoallv*'
+    FLAGCX_IPC_DISABLE=1 FLAGCX_STAGE_SLICE_SIZE=4096 timeout 900 "$B/tests/mr/test_mr_coll" \
+    --gtest_filter='Collectives/*'
   run_test matrix-direct env MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1 \
     timeout 900 "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
 fi

@@ -3,12 +3,21 @@
 //
 //   bench_engine [nranks] [maxMiB]        (default 2 ranks, 1024 MiB; exit 77 without a GPU)
 //
-// Two passes, each with its own communicator:
+// Three passes, each with its own communicator:
 //   direct  - the default on one host: payloads move GPU to GPU by CUDA IPC
 //             (FLAGCX_USE_HETERO_COMM=1 keeps NCCL out of the way);
-//   staged  - FLAGCX_IPC_DISABLE=1 FLAGCX_SHM_DISABLE=1: whole-buffer device <->
-//             pinned-host copies around the socket transport (the path a peer
-//             on another host takes).
+//   direct, host-function waits - the same, but the user's stream is held by
+//             a blocking cudaLaunchHostFunc instead of cuStreamWaitValue32 (a
+//             stream spinning on a wait keeps its context busy: with ranks
+//             sharing a GPU, the GPU time-slices between their contexts);
+//   staged  - FLAGCX_IPC_DISABLE=1 FLAGCX_SHM_DISABLE=1: device <-> pinned-host
+//             copies pipelined with the socket transport (the path a peer on
+//             another host takes);
+//   staged-shm - the same over the shared-memory transport;
+//   host, host-shm - host buffers with FLAGCX_DEVICE=host over each of those
+//             transports: the engine's own time, which staging adds to.
+// Each pass also times a barrier and a one-element allreduce on the stream
+// (the fixed cost of a call).
 // Bounds, measured by rank 0 in the same run:
 //   direct: a device-to-device cudaMemcpy of the message (algbw C = S / t).
 //           An allreduce of S bytes over n ranks on one GPU must at least read
@@ -19,6 +28,11 @@
 //           (S / (t_d2h + t_h2d)); reported: the allreduce's algbw / that.
 #include <cuda_runtime_api.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <new>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +41,7 @@
 #include <vector>
 
 #include "../mr/harness.h"
+#include "adapters/device/cuda/cuda_internal.h"
 #include "gpu_common.h"
 
 namespace {
@@ -54,9 +69,20 @@ double copyUs(void *dst, void *src, size_t bytes, cudaMemcpyKind kind, int iters
   return t;
 }
 
-int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, bool staged, int outFd) {
-  setenv("FLAGCX_DEVICE", "cuda", 1);
+enum Pass { kDirect, kDirectHostFunc, kHost, kHostShm, kStaged, kStagedShm, kPasses };
+const char *passName(int p) {
+  static const char *names[] = {"direct", "direct-hostfunc", "host", "host-shm", "staged", "staged-shm"};
+  return names[p];
+}
+bool isStaged(int p) { return p == kStaged || p == kStagedShm; }
+bool isHost(int p) { return p == kHost || p == kHostShm; }
+bool overSocket(int p) { return p == kStaged || p == kHost; }
+
+int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, int pass, int outFd) {
+  bool staged = isStaged(pass), host = isHost(pass);
+  setenv("FLAGCX_DEVICE", host ? "host" : "cuda", 1);
   flagcx::paramsReload();
+  if (pass == kDirectHostFunc) flagcx::cuda::forceWaitMode(flagcx::cuda::WaitMode::HostFunc);
   flagcxDeviceHandle_t h;
   RANK_OK(flagcxDeviceHandleInit(&h));
   int ngpu = 0;
@@ -74,7 +100,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, bool sta
   for (size_t bytes = 1 << 20; bytes <= maxBytes; bytes *= 4) {
     size_t count = bytes / 4;
     int iters = static_cast<int>(std::max<size_t>(5, std::min<size_t>(50, (size_t(8) << 30) / bytes)));
-    if (staged) iters = std::max(3, iters / 5);
+    if (staged || host) iters = std::max(3, iters / 5);
     for (int i = 0; i < 2; i++)
       RANK_OK(flagcxAllReduce(a, b, count, flagcxFloat32, flagcxSum, comm, s));
     RANK_OK(h->streamSynchronize(s));
@@ -86,6 +112,19 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, bool sta
     RANK_OK(h->streamSynchronize(s));
     double us = (nowSec() - t0) / iters * 1e6;
     rows.push_back({bytes, us, 0});
+  }
+  // Fixed costs: a barrier (bytes 0 in the table) and a one-element allreduce.
+  for (int kind = 0; kind < 2; kind++) {
+    auto call = [&] {
+      return kind == 0 ? flagcxBarrier(comm, s) : flagcxAllReduce(a, b, 1, flagcxFloat32, flagcxSum, comm, s);
+    };
+    for (int i = 0; i < 3; i++) RANK_OK(call());
+    RANK_OK(h->streamSynchronize(s));
+    const int iters = 100;
+    double t0 = nowSec();
+    for (int i = 0; i < iters; i++) RANK_OK(call());
+    RANK_OK(h->streamSynchronize(s));
+    rows.push_back({kind == 0 ? size_t(0) : size_t(4), (nowSec() - t0) / iters * 1e6, 0});
   }
   // Check one result: every element is nranks * 0 = 0 after memset; use a
   // small nonzero allreduce instead to make sure data moved.
@@ -105,6 +144,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, bool sta
     void *pinned = nullptr;
     if (staged) RANK_CHECK(cudaHostAlloc(&pinned, maxBytes, cudaHostAllocDefault) == cudaSuccess, "pinned");
     for (Row &r : rows) {
+      if (r.bytes < 1024 || host) continue;  // fixed-cost rows and host buffers: no baseline
       int iters = static_cast<int>(std::max<size_t>(5, std::min<size_t>(50, (size_t(8) << 30) / r.bytes)));
       r.copyUs = staged ? copyUs(pinned, a, r.bytes, cudaMemcpyDeviceToHost, iters) +
                               copyUs(b, pinned, r.bytes, cudaMemcpyHostToDevice, iters)
@@ -126,6 +166,43 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, bool sta
   return 0;
 }
 
+// What one hand-over of the GPU between two processes costs: two ranks take
+// turns (a shared counter) issuing a 4-byte device copy and synchronizing;
+// the same loop in one process, alone, is the baseline.  Without MPS the
+// GPU time-slices between the processes' contexts, and the engine's direct
+// mode hands over several times per call.
+double handoverUs(bool twoProcs) {
+  auto *turn = static_cast<std::atomic<int> *>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto *result = reinterpret_cast<double *>(reinterpret_cast<char *>(turn) + 64);
+  new (turn) std::atomic<int>(0);
+  const int kTurns = 400;
+  mr::Result r = mr::run(twoProcs ? 2 : 1, [&](int rank, int nranks, flagcxUniqueId *) {
+    if (cudaSetDevice(0) != cudaSuccess) return 1;
+    cudaStream_t s;
+    void *buf = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess || cudaMalloc(&buf, 64) != cudaSuccess)
+      return 1;
+    cudaMemcpyAsync(buf, static_cast<char *>(buf) + 32, 4, cudaMemcpyDeviceToDevice, s);
+    cudaStreamSynchronize(s);
+    double t0 = nowSec();
+    for (int i = 0; i < kTurns; i++) {
+      if (i % nranks != rank) continue;
+      while (turn->load(std::memory_order_acquire) != i) {}
+      cudaMemcpyAsync(buf, static_cast<char *>(buf) + 32, 4, cudaMemcpyDeviceToDevice, s);
+      cudaStreamSynchronize(s);
+      turn->store(i + 1, std::memory_order_release);
+    }
+    if (rank == 0) *result = (nowSec() - t0) / kTurns * 1e6;
+    cudaFree(buf);
+    cudaStreamDestroy(s);
+    return 0;
+  }, mr::Env{}, 60);
+  double us = r.allOk() ? *result : -1;
+  munmap(turn, 4096);
+  return us;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -134,33 +211,57 @@ int main(int argc, char **argv) {
   size_t maxMiB = argc > 2 ? strtoull(argv[2], nullptr, 10) : 1024;
   size_t maxBytes = maxMiB << 20;
   printf("# allreduce float32 sum, %d ranks sharing the GPU(s), device buffers, times per call\n", nranks);
+  {
+    double one = handoverUs(false), two = handoverUs(true);
+    printf("# 4-byte device copy + synchronize, turn by turn: one process %.1f us per turn, "
+           "two processes sharing the GPU %.1f us per turn\n", one, two);
+  }
   bool allOk = true;
-  for (int staged = 0; staged < 2; staged++) {
+  const char *only = getenv("BENCH_ENGINE_PASS");  // one pass by name, e.g. staged
+  std::vector<Row> passRows[kPasses];
+  for (int pass = 0; pass < kPasses; pass++) {
+    if (only && *only && strcmp(only, passName(pass)) != 0) continue;
+    bool staged = isStaged(pass), host = isHost(pass);
     int fds[2];
     if (pipe(fds) != 0) return 1;
     mr::Env env;
     env.vars = {{"FLAGCX_USE_HETERO_COMM", "1"}, {"FLAGCX_IPC_DISABLE", staged ? "1" : "0"},
-                {"FLAGCX_SHM_DISABLE", staged ? "1" : "0"}, {"NCCL_NVLS_ENABLE", "0"}};
-    size_t top = staged ? std::min(maxBytes, size_t(256) << 20) : maxBytes;
+                {"FLAGCX_SHM_DISABLE", overSocket(pass) ? "1" : "0"}, {"NCCL_NVLS_ENABLE", "0"}};
+    size_t top = staged || host ? std::min(maxBytes, size_t(256) << 20) : maxBytes;
     mr::Result r = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
-      return rankBody(rank, n, id, top, staged, fds[1]);
+      return rankBody(rank, n, id, top, pass, fds[1]);
     }, env, 580);
     close(fds[1]);
     size_t n = 0;
-    std::vector<Row> rows;
+    std::vector<Row> &rows = passRows[pass];
     if (read(fds[0], &n, sizeof(n)) == sizeof(n) && n < 64) {
       rows.resize(n);
       if (read(fds[0], rows.data(), n * sizeof(Row)) != static_cast<ssize_t>(n * sizeof(Row))) rows.clear();
     }
     close(fds[0]);
     if (!r.allOk()) {
-      printf("# %s: FAILED: %s\n", staged ? "staged" : "direct", r.describe().c_str());
+      printf("# %s: FAILED: %s\n", passName(pass), r.describe().c_str());
       allOk = false;
       continue;
     }
     double busF = 2.0 * (nranks - 1) / nranks;
-    if (!staged) {
-      printf("\n## direct (CUDA IPC, device to device)\n");
+    for (const Row &w : rows)
+      if (w.bytes < 1024)
+        printf("# %s: %s: %.1f us per call\n", passName(pass),
+               w.bytes == 0 ? "barrier" : "allreduce of 1 float", w.us);
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const Row &w) { return w.bytes < 1024; }),
+               rows.end());
+    if (host) {
+      printf("\n## %s (host buffers, FLAGCX_DEVICE=host, %s transport: what staging adds to)\n",
+             passName(pass), overSocket(pass) ? "socket" : "shared-memory");
+      printf("%10s %12s %12s %12s\n", "bytes", "time(us)", "algbw GB/s", "busbw GB/s");
+      for (const Row &w : rows) {
+        double alg = w.bytes / w.us / 1e3;
+        printf("%10zu %12.1f %12.1f %12.1f\n", w.bytes, w.us, alg, alg * busF);
+      }
+    } else if (!staged) {
+      printf("\n## %s (CUDA IPC, device to device%s)\n", passName(pass),
+             pass == kDirectHostFunc ? ", streams held by host functions" : "");
       printf("%10s %12s %12s %12s %14s %14s %8s\n", "bytes", "time(us)", "algbw GB/s", "busbw GB/s",
              "d2d copy GB/s", "bound busbw", "ratio");
       for (const Row &w : rows) {
@@ -170,13 +271,20 @@ int main(int argc, char **argv) {
                copy, bound, 100.0 * alg * busF / bound);
       }
     } else {
-      printf("\n## staged (pinned host staging + socket transport)\n");
-      printf("%10s %12s %12s %12s %18s %8s\n", "bytes", "time(us)", "algbw GB/s", "busbw GB/s",
-             "d2h+h2d copy GB/s", "ratio");
+      // The same exchange on host buffers (the host pass of this transport),
+      // when it ran: the time staging adds.
+      const std::vector<Row> &hr = passRows[overSocket(pass) ? kHost : kHostShm];
+      printf("\n## %s (pinned host staging pipelined with the %s transport)\n", passName(pass),
+             overSocket(pass) ? "socket" : "shared-memory");
+      printf("%10s %12s %12s %12s %18s %8s %16s\n", "bytes", "time(us)", "algbw GB/s", "busbw GB/s",
+             "d2h+h2d copy GB/s", "ratio", "host-buffers(us)");
       for (const Row &w : rows) {
         double alg = w.bytes / w.us / 1e3, copy = w.bytes / w.copyUs / 1e3;
-        printf("%10zu %12.1f %12.1f %12.1f %18.1f %7.1f%%\n", w.bytes, w.us, alg, alg * busF, copy,
-               100.0 * alg / copy);
+        double hostUs = -1;
+        for (const Row &x : hr)
+          if (x.bytes == w.bytes) hostUs = x.us;
+        printf("%10zu %12.1f %12.1f %12.1f %18.1f %7.1f%% %16.1f\n", w.bytes, w.us, alg, alg * busF,
+               copy, 100.0 * alg / copy, hostUs);
       }
     }
   }
