@@ -1,5 +1,6 @@
 #include "params.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -25,7 +26,8 @@ struct Values {
   bool set[paramCount()] = {};
 };
 
-Values *g_values = nullptr;
+// Swapped whole by paramsReload (tests), read without a lock everywhere.
+std::atomic<Values *> g_values{nullptr};
 std::once_flag g_once;
 std::mutex g_reloadMu;
 
@@ -68,8 +70,8 @@ Values *load() {
 }
 
 Values &values() {
-  std::call_once(g_once, [] { g_values = load(); });
-  return *g_values;
+  std::call_once(g_once, [] { g_values.store(load(), std::memory_order_release); });
+  return *g_values.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -83,7 +85,7 @@ void paramsReload() {
   std::lock_guard<std::mutex> lk(g_reloadMu);
   values();
   // The old table is leaked on purpose: other threads may hold references.
-  g_values = load();
+  g_values.store(load(), std::memory_order_release);
   logReinit();
 }
 

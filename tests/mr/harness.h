@@ -17,6 +17,7 @@
 
 #include "core/params.h"
 #include "flagcx.h"
+#include "tests/common/fork_safe.h"
 
 namespace mr {
 
@@ -54,23 +55,11 @@ inline Result run(int nranks, const Body &body, const Env &env = {}, int deadlin
   flagcxUniqueId id;
   Result res;
   res.status.assign(static_cast<size_t>(nranks), -1);
-  if (flagcxGetUniqueId(&id) != flagcxSuccess) {
-    fprintf(stderr, "harness: flagcxGetUniqueId failed\n");
-    return res;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  std::vector<pid_t> pids(static_cast<size_t>(nranks), -1);
-  for (int r = 0; r < nranks; r++) {
-    pid_t p = fork();
-    if (p == 0) {
-      int rc = body(r, nranks, &id);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc);
-    }
-    pids[static_cast<size_t>(r)] = p;
-  }
+  bool idOk = false;
+  std::vector<pid_t> pids = testfork::forkRanksThenId(nranks, &id, &idOk, [&](int r, flagcxUniqueId *mine) {
+    return body(r, nranks, mine);
+  });
+  if (!idOk) fprintf(stderr, "harness: flagcxGetUniqueId failed\n");
   if (onStart) onStart(pids);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadlineSec);
   int left = nranks;

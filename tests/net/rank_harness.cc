@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "core/params.h"
+#include "tests/common/fork_safe.h"
 
 namespace nettest {
 
@@ -25,27 +26,18 @@ std::vector<RankOutcome> runRanks(
     const RunOptions &opt) {
   std::vector<RankOutcome> out(static_cast<size_t>(n));
   flagcxUniqueId id;
-  if (flagcxGetUniqueId(&id) != flagcxSuccess) {
-    for (auto &o : out) o.code = 100;
-    return out;
-  }
-  fflush(stdout);
-  fflush(stderr);
-  for (int r = 0; r < n; r++) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      alarm(static_cast<unsigned>(opt.timeoutSec + 5));  // belt and braces
-      for (auto &kv : opt.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-      flagcx::paramsReload();
-      flagcx::logReinit();
-      flagcx::logSetRank(r);
-      int fails = fn(r, n, id);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(fails == 0 ? 0 : 1);
-    }
-    out[static_cast<size_t>(r)].pid = pid;
-  }
+  bool idOk = false;
+  std::vector<pid_t> pids = testfork::forkRanksThenId(n, &id, &idOk, [&](int r, flagcxUniqueId *mine) {
+    alarm(static_cast<unsigned>(opt.timeoutSec + 5));  // belt and braces
+    for (auto &kv : opt.env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    flagcx::paramsReload();
+    flagcx::logReinit();
+    flagcx::logSetRank(r);
+    return fn(r, n, *mine) == 0 ? 0 : 1;
+  });
+  for (int r = 0; r < n; r++) out[static_cast<size_t>(r)].pid = pids[static_cast<size_t>(r)];
+  if (!idOk)
+    for (auto &o : out) o.code = 100;  // the ranks exit at once
   auto deadline = Clock::now() + std::chrono::seconds(opt.timeoutSec);
   int left = n;
   while (left > 0) {

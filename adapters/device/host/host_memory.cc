@@ -134,6 +134,10 @@ flagcxResult_t memAlloc(void **ptr, size_t size, flagcxMemType_t type) {
                     static_cast<int>(type));
   *ptr = nullptr;
   if (size == 0) return flagcxSuccess;
+  // Rounding up to a page must not wrap around to a tiny allocation.
+  if (size > SIZE_MAX / 2)
+    return argError(flagcxSystemError, kAlloc, "deviceMalloc: out of memory (%zu bytes, %s)", size,
+                    typeName(type));
   Alloc a{size, 0, -1, false, 0, 0};
   void *p = nullptr;
   bool shareable = type != flagcxMemHost || size >= kShareableMin;
