@@ -32,23 +32,8 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 
 say() { echo "== $*"; }
 
-# ---- carried build dependencies ----
-DEBS=.carry/gpu-deps/debs
-if [ -d "$DEBS" ] && ! pkg-config --exists luajit yaml-cpp gtest 2>/dev/null; then
-  ROOT=$PWD/.carry/gpu-deps/root
-  if [ ! -d "$ROOT" ]; then
-    mkdir -p "$ROOT"
-    for f in "$DEBS"/*.deb; do dpkg -x "$f" "$ROOT"; done
-    for pc in "$ROOT"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
-      [ -f "$pc" ] || continue  # runtime packages only: no .pc files
-      sed -i "s#^\(prefix\|libdir\|includedir\)=/usr#\1=$ROOT/usr#" "$pc"
-    done
-  fi
-  export PKG_CONFIG_PATH=$ROOT/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  export LD_LIBRARY_PATH=$ROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  if ! command -v pkg-config >/dev/null; then export PKG_CONFIG=$ROOT/usr/bin/pkgconf; fi
-  say "using carried packages from $ROOT"
-fi
+# ---- carried build dependencies (tools/carried-deps.sh) ----
+. tools/carried-deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 
 # ---- NCCL for the pass-through tests ----

@@ -320,11 +320,16 @@ void bufferBytes(const OpInfo &op, size_t bytes, int nranks, size_t *send, size_
 struct Bench {
   const OpInfo *op;
   Options opt;
-  int rank = 0, nranks = 1, localRanks = 1, nhosts = 1;
+  int rank = 0, nranks = 1, localRanks = 1, localRank = 0, nhosts = 1;
   flagcxDeviceHandle_t dev = nullptr;
   flagcxComm_t comm = nullptr;
   flagcxStream_t stream = nullptr;
-  void *send = nullptr, *recv = nullptr;
+  void *send = nullptr, *recv = nullptr;  // what flagcx gets (device memory on a GPU)
+  // Where inputs are written and results checked: send/recv themselves on
+  // the host adapter; host mirrors, copied to and from the device, on a GPU.
+  bool onDevice = false;
+  std::vector<char> hostSend, hostRecv;
+  void *hsend = nullptr, *hrecv = nullptr;
   size_t sendCap = 0, recvCap = 0;
   FILE *json = nullptr;
   std::string algoLabel, algoName, transport;  // header text; JSON "algo"
@@ -372,6 +377,7 @@ flagcxResult_t callFlagcx(Bench &b, const Layout &l, flagcxDataType_t dt, flagcx
 // Whether MPI can run the same call; `why` says why not.
 bool mpiCan(const Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red,
             const char **why) {
+  if (b.onDevice) { *why = "device buffers"; return false; }
   if (b.op->reduces && t.mpiReduce == MPI_DATATYPE_NULL) { *why = "no MPI type"; return false; }
   if (b.op->reduces && red.mpi == MPI_OP_NULL) { *why = "no MPI op"; return false; }
   if (l.sendElems > INT_MAX || l.recvElems > INT_MAX) { *why = "count > INT_MAX"; return false; }
@@ -416,8 +422,18 @@ void fillInputs(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t ro
   double table[kPeriod];
   sourceTable(b.rank, dt, rop, table);
   size_t ts = getFlagcxDataTypeSize(dt);
-  dispatch<Fill>(dt, b.send, l.sendElems, size_t{0}, static_cast<const double *>(table));
-  memset(b.recv, 0xEE, std::max<size_t>(l.recvElems * ts, 1));
+  dispatch<Fill>(dt, b.hsend, l.sendElems, size_t{0}, static_cast<const double *>(table));
+  memset(b.hrecv, 0xEE, std::max<size_t>(l.recvElems * ts, 1));
+  if (b.onDevice) {
+    flagcxResult_t r = b.dev->deviceMemcpy(b.send, b.hsend, l.sendElems * ts, flagcxMemcpyHostToDevice, nullptr);
+    if (r == flagcxSuccess)
+      r = b.dev->deviceMemcpy(b.recv, b.hrecv, std::max<size_t>(l.recvElems * ts, 1),
+                              flagcxMemcpyHostToDevice, nullptr);
+    // A copy from pageable memory may return before it has landed; the
+    // benchmark's stream does not wait for the legacy stream by itself.
+    if (r == flagcxSuccess) r = b.dev->deviceSynchronize();
+    if (r != flagcxSuccess) fail(b, "deviceMemcpy (inputs)", r);
+  }
 }
 
 // Wrong elements of this rank's result.
@@ -425,7 +441,7 @@ size_t checkResult(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t
   size_t ts = getFlagcxDataTypeSize(dt), n = static_cast<size_t>(b.nranks);
   size_t r = static_cast<size_t>(b.rank), B = l.count;
   double tol = tolerance(dt), table[kPeriod];
-  char *out = static_cast<char *>(b.recv);
+  char *out = static_cast<char *>(b.hrecv);
   auto check = [&](size_t off, size_t len, size_t idx0) {
     return dispatch<Check>(dt, static_cast<const void *>(out + off * ts), len, idx0,
                            static_cast<const double *>(table), tol);
@@ -487,16 +503,16 @@ void printExcerpt(Bench &b, const Layout &l, flagcxDataType_t dt) {
   double v;
   for (size_t i = 0; i < shown; i++) {
     switch (dt) {
-      case flagcxInt8: v = static_cast<int8_t *>(b.recv)[i]; break;
-      case flagcxUint8: v = static_cast<uint8_t *>(b.recv)[i]; break;
-      case flagcxInt32: v = static_cast<int32_t *>(b.recv)[i]; break;
-      case flagcxUint32: v = static_cast<uint32_t *>(b.recv)[i]; break;
-      case flagcxInt64: v = static_cast<double>(static_cast<int64_t *>(b.recv)[i]); break;
-      case flagcxUint64: v = static_cast<double>(static_cast<uint64_t *>(b.recv)[i]); break;
-      case flagcxFloat16: v = halfBitsToFloat(static_cast<uint16_t *>(b.recv)[i]); break;
-      case flagcxBfloat16: v = bf16BitsToFloat(static_cast<uint16_t *>(b.recv)[i]); break;
-      case flagcxFloat64: v = static_cast<double *>(b.recv)[i]; break;
-      default: v = static_cast<float *>(b.recv)[i]; break;
+      case flagcxInt8: v = static_cast<int8_t *>(b.hrecv)[i]; break;
+      case flagcxUint8: v = static_cast<uint8_t *>(b.hrecv)[i]; break;
+      case flagcxInt32: v = static_cast<int32_t *>(b.hrecv)[i]; break;
+      case flagcxUint32: v = static_cast<uint32_t *>(b.hrecv)[i]; break;
+      case flagcxInt64: v = static_cast<double>(static_cast<int64_t *>(b.hrecv)[i]); break;
+      case flagcxUint64: v = static_cast<double>(static_cast<uint64_t *>(b.hrecv)[i]); break;
+      case flagcxFloat16: v = halfBitsToFloat(static_cast<uint16_t *>(b.hrecv)[i]); break;
+      case flagcxBfloat16: v = bf16BitsToFloat(static_cast<uint16_t *>(b.hrecv)[i]); break;
+      case flagcxFloat64: v = static_cast<double *>(b.hrecv)[i]; break;
+      default: v = static_cast<float *>(b.hrecv)[i]; break;
     }
     printf(" %g", v);
   }
@@ -512,8 +528,12 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
   if (b.opt.check) {
     if ((res = callFlagcx(b, l, t.dt, red.op, root)) != flagcxSuccess) fail(b, b.op->name, res);
     if ((res = b.dev->streamSynchronize(b.stream)) != flagcxSuccess) fail(b, "streamSynchronize", res);
+    if (b.onDevice && l.recvElems &&
+        (res = b.dev->deviceMemcpy(b.hrecv, b.recv, l.recvElems * getFlagcxDataTypeSize(t.dt),
+                                   flagcxMemcpyDeviceToHost, nullptr)) != flagcxSuccess)
+      fail(b, "deviceMemcpy (results)", res);
     // PERF_CORRUPT=1 spoils one result element on rank 0: proves the check sees it.
-    if (b.rank == 0 && l.recvElems && getenv("PERF_CORRUPT")) static_cast<unsigned char *>(b.recv)[getFlagcxDataTypeSize(t.dt) - 1] ^= 0x40;
+    if (b.rank == 0 && l.recvElems && getenv("PERF_CORRUPT")) static_cast<unsigned char *>(b.hrecv)[getFlagcxDataTypeSize(t.dt) - 1] ^= 0x40;
     size_t mine = checkResult(b, l, t.dt, red.op, root);
     unsigned long long m = mine, all = 0;
     MPI_Allreduce(&m, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -673,10 +693,19 @@ bool ensureBuffers(Bench &b, size_t s, uint64_t *needOut, uint64_t *availOut) {
   flagcxResult_t r1 = b.dev->deviceMalloc(&b.send, sb, flagcxMemDevice, nullptr);
   flagcxResult_t r2 = b.dev->deviceMalloc(&b.recv, rb, flagcxMemDevice, nullptr);
   bool ok = r1 == flagcxSuccess && r2 == flagcxSuccess;
-  if (ok) {
+  if (ok && b.onDevice) {
+    ok = b.dev->deviceMemset(b.send, 0, sb, flagcxMemDevice, nullptr) == flagcxSuccess &&
+         b.dev->deviceMemset(b.recv, 0, rb, flagcxMemDevice, nullptr) == flagcxSuccess;
+    b.hostSend.assign(sb, 0);
+    b.hostRecv.assign(rb, 0);
+    b.hsend = b.hostSend.data();
+    b.hrecv = b.hostRecv.data();
+  } else if (ok) {
     // Touch every page now, so that no timed call pays for first-touch faults.
     memset(b.send, 0, sb);
     memset(b.recv, 0, rb);
+    b.hsend = b.send;
+    b.hrecv = b.recv;
   }
   if (!allOk(ok)) {
     if (r1 == flagcxSuccess && b.send) b.dev->deviceFree(b.send, flagcxMemDevice, nullptr);
@@ -733,6 +762,7 @@ int run(const char *opName, int argc, char **argv) {
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &b.localRanks);
+    MPI_Comm_rank(local, &b.localRank);
     MPI_Comm_free(&local);
   }
   char name[MPI_MAX_PROCESSOR_NAME] = "";
@@ -753,6 +783,17 @@ int run(const char *opName, int argc, char **argv) {
 
   flagcxResult_t r = flagcxDeviceHandleInit(&b.dev);
   if (r != flagcxSuccess) fail(b, "flagcxDeviceHandleInit", r);
+  {
+    // A GPU adapter (FLAGCX_DEVICE=cuda, or auto with a GPU): buffers in
+    // device memory, one device per local rank, round robin (ranks may share).
+    char vendor[128] = "";
+    b.dev->getVendor(vendor);
+    b.onDevice = strcmp(vendor, "host") != 0;
+    int ndev = 0;
+    if (b.onDevice && b.dev->getDeviceCount(&ndev) == flagcxSuccess && ndev > 0 &&
+        (r = b.dev->setDevice(b.localRank % ndev)) != flagcxSuccess)
+      fail(b, "setDevice", r);
+  }
   flagcxUniqueId id;
   memset(&id, 0, sizeof(id));
   if (b.rank == 0 && (r = flagcxGetUniqueId(&id)) != flagcxSuccess) fail(b, "flagcxGetUniqueId", r);
