@@ -39,6 +39,10 @@ class Conn {
   // a tag) and `theirs` (the call this rank received, or 0).  The Conn is
   // unusable afterwards.
   virtual void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {}
+  // The call the peer named when it gave up (its `mine`, a tag), or 0 when
+  // the peer sent no error frame.  A peer that gave up on a later call than
+  // this rank's current one still delivered everything it sent before.
+  virtual uint64_t peerGaveUpOn() const { return 0; }
 
   static constexpr int kMaxPosted = 256;
 };

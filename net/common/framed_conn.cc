@@ -420,6 +420,7 @@ flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {
        desc_.peer, desc_.host.c_str(), tagText(h.seq).c_str(), theirs.c_str(),
        flagcxGetErrorString(code), desc_.self,
        mine ? ("its " + tagText(mine)).c_str() : "too", kind_, desc_.channel);
+  peerGaveUpOn_ = h.seq;
   return fail(code);
 }
 
@@ -473,9 +474,11 @@ flagcxResult_t FramedConn::test(int req, bool *done, size_t *bytes) {
     return flagcxInvalidUsage;
   }
   flagcxResult_t rc = progress();
-  if (rc != flagcxSuccess) return rc;
   Req &r = reqs_[slot];
-  if (!r.done) return flagcxSuccess;
+  // A request that completed is reported as such even when the Conn failed
+  // afterwards: the bytes before a peer's error frame are good (a peer that
+  // gave up on its next call sent this one's message first).
+  if (!r.done) return rc;
   if (done) *done = true;
   if (bytes) *bytes = r.length;
   r.released = true;

@@ -31,6 +31,13 @@ uint64_t collTag(uint64_t seq, OpKind op, flagcxDataType_t dt, int root, size_t 
          (count & 0xFFFFF);
 }
 
+// Is `theirs` a collective issued after `cur` (sequence numbers wrap at 2^20)?
+bool laterCall(uint64_t theirs, uint64_t cur) {
+  if ((theirs >> 60) != 0xC || (cur >> 60) != 0xC) return false;
+  uint64_t d = (((theirs >> 40) & 0xFFFFF) - ((cur >> 40) & 0xFFFFF)) & 0xFFFFF;
+  return d != 0 && d < 0x80000;
+}
+
 const char *dtypeName(int dt) {
   static const char *names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
                                 "float16", "float32", "float64", "bfloat16"};
@@ -135,8 +142,10 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
       flagcxResult_t r = x.isSend ? x.conn->isend(x.buf, x.bytes, x.tag, &x.req)
                                   : x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
       if (r != flagcxSuccess) {
-        WARN(kColl, "rank %d: %s: posting a %s of %zu bytes %s rank %d failed", comm->rank, what,
-             x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer);
+        std::string cause = lastErrorText();  // the transport's own line, if any
+        WARN(kColl, "rank %d: %s: posting a %s of %zu bytes %s rank %d failed: %s", comm->rank,
+             what, x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
+             cause.c_str());
         return r;
       }
       x.posted = true;
@@ -180,6 +189,10 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
       for (auto &c : comm->conns) {
         if (!c) continue;
         flagcxResult_t r = c->progress();
+        // A peer that gave up on a later call finished this one: what it sent
+        // for it arrived before its error frame, and test() hands it over.
+        // The next call fails on that Conn, naming both sides.
+        if (r != flagcxSuccess && laterCall(c->peerGaveUpOn(), comm->curTag)) continue;
         if (r != flagcxSuccess) {
           std::string cause = lastErrorText();
           WARN(kColl, "rank %d: %s: rank %d failed: %s", comm->rank, what, c->peer(), cause.c_str());

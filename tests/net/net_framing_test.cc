@@ -187,6 +187,37 @@ TEST(NetFraming, PeerClosedWithPendingReceive) {
   EXPECT_EQ(p.b->test(r, &done, nullptr), flagcxRemoteError);
 }
 
+// A peer that finished a message and then gave up (an error frame): the
+// message is delivered, only the requests after the frame fail, and the
+// Conn names the peer's call.
+TEST(NetFraming, MessageBeforeErrorFrameIsDelivered) {
+  Pair p = makePair(1, 64);
+  std::vector<uint8_t> src(1000, 7), dst(1000, 0), more(16);
+  int s, r1, r2;
+  ASSERT_EQ(p.b->irecv(dst.data(), dst.size(), 5, &r1), flagcxSuccess);
+  ASSERT_EQ(p.b->irecv(more.data(), more.size(), 6, &r2), flagcxSuccess);
+  ASSERT_EQ(p.a->isend(src.data(), src.size(), 5, &s), flagcxSuccess);
+  bool sent = false;
+  for (int i = 0; i < 100000 && !sent; i++) ASSERT_EQ(p.a->test(s, &sent, nullptr), flagcxSuccess);
+  ASSERT_TRUE(sent);
+  const uint64_t theirCall = 0xC000000000000006ull;
+  p.a->poison(flagcxInvalidUsage, theirCall, 0);
+  // Read everything, the frame included: the Conn is failed from now on.
+  flagcxResult_t rc = flagcxSuccess;
+  for (int i = 0; i < 100000 && rc == flagcxSuccess; i++) rc = p.b->progress();
+  EXPECT_EQ(rc, flagcxInvalidUsage);
+  EXPECT_EQ(p.b->peerGaveUpOn(), theirCall);
+  bool done = false;
+  size_t got = 0;
+  EXPECT_EQ(p.b->test(r1, &done, &got), flagcxSuccess);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(got, src.size());
+  EXPECT_EQ(dst, src);
+  done = false;
+  EXPECT_EQ(p.b->test(r2, &done, nullptr), flagcxInvalidUsage);
+  EXPECT_FALSE(done);
+}
+
 TEST(NetFraming, RequestLimitAndBadHandles) {
   Pair p = makePair(1);
   char c;
