@@ -388,11 +388,11 @@ TEST_P(Matrix, Run) {
     env.vars = {{"FLAGCX_ALGO", std::string(flagcx::opName(c.op)) + ":" + c.algo},
                 {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", "65536"},
                 // Vary the data path with the rank count: 2 channels at 3
-                // ranks, sockets at 4 (and 8), the shm ring without
-                // single-copy reads at 5 (and 7).
+                // ranks, sockets at 4 (and 8), single-copy shm reads
+                // (FLAGCX_SHM_PULL=1) at 5 (and 7), the shm ring otherwise.
                 {"FLAGCX_NCHANNELS", nranks == 3 ? "2" : "1"},
                 {"FLAGCX_SHM_DISABLE", nranks == 4 || nranks == 8 ? "1" : "0"},
-                {"FLAGCX_SHM_PULL", nranks == 5 || nranks == 7 ? "0" : "1"}};
+                {"FLAGCX_SHM_PULL", nranks == 5 || nranks == 7 ? "1" : "0"}};
     auto res = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
       return runCase(c, rank, n, id);
     }, env, 600);

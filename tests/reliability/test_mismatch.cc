@@ -54,6 +54,8 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
                     const std::vector<std::string> &mustName) {
   int n = static_cast<int>(calls.size());
   Shared *sh = rel::sharedBlock<Shared>();
+  constexpr int kNeverReached = -1;  // the rank did not get to its mismatched call
+  for (auto &r : sh->result) r = kNeverReached;
   mr::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", std::to_string(kTimeoutSec)}};
   auto res = mr::run(n, [&](int rank, int nranks, flagcxUniqueId *id) {
@@ -91,6 +93,11 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
     flagcxResult_t got = static_cast<flagcxResult_t>(sh->result[r].load());
     double secs = static_cast<double>(sh->ns[r].load()) / 1e9;
     std::string err = sh->err[r];
+    if (sh->result[r].load() == kNeverReached) {
+      ADD_FAILURE() << what << ": rank " << r
+                    << " failed before its mismatched call (one of the good calls before it)";
+      continue;
+    }
     EXPECT_NE(got, flagcxSuccess) << what << ": rank " << r << " did not notice the mismatch";
     EXPECT_EQ(got, flagcxInvalidUsage)
         << what << ": rank " << r << " got " << flagcxGetErrorString(got) << " after " << secs
