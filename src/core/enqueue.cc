@@ -31,10 +31,13 @@ uint64_t collTag(uint64_t seq, OpKind op, flagcxDataType_t dt, int root, size_t 
          (count & 0xFFFFF);
 }
 
+bool isCollTag(uint64_t tag) { return (tag >> 60) == (kCollMark >> 60); }
+uint64_t tagSeq(uint64_t tag) { return (tag >> 40) & 0xFFFFF; }
+
 // Is `theirs` a collective issued after `cur` (sequence numbers wrap at 2^20)?
 bool laterCall(uint64_t theirs, uint64_t cur) {
-  if ((theirs >> 60) != 0xC || (cur >> 60) != 0xC) return false;
-  uint64_t d = (((theirs >> 40) & 0xFFFFF) - ((cur >> 40) & 0xFFFFF)) & 0xFFFFF;
+  if (!isCollTag(theirs) || !isCollTag(cur)) return false;
+  uint64_t d = (tagSeq(theirs) - tagSeq(cur)) & 0xFFFFF;
   return d != 0 && d < 0x80000;
 }
 
@@ -192,12 +195,10 @@ flagcxResult_t runXfers(flagcxComm *comm, std::vector<Xfer> &xs, flagcxDataType_
         // A peer that gave up on a later call finished this one: what it sent
         // for it arrived before its error frame, and test() hands it over.
         // The next call fails on that Conn, naming both sides.
-        if (r != flagcxSuccess && laterCall(c->peerGaveUpOn(), comm->curTag)) continue;
-        if (r != flagcxSuccess) {
-          std::string cause = lastErrorText();
-          WARN(kColl, "rank %d: %s: rank %d failed: %s", comm->rank, what, c->peer(), cause.c_str());
-          return r;
-        }
+        if (r == flagcxSuccess || laterCall(c->peerGaveUpOn(), comm->curTag)) continue;
+        std::string cause = lastErrorText();
+        WARN(kColl, "rank %d: %s: rank %d failed: %s", comm->rank, what, c->peer(), cause.c_str());
+        return r;
       }
     }
     if (wait.expired()) {
@@ -964,7 +965,7 @@ Job *groupJob(flagcxComm *comm, flagcxStream_t stream) {
 
 std::string tagText(uint64_t tag) {
   if (tag == kP2PTag) return "send/recv";
-  if ((tag >> 60) != 0xC) {
+  if (!isCollTag(tag)) {
     char b[40];
     snprintf(b, sizeof(b), "tag 0x%llx", static_cast<unsigned long long>(tag));
     return b;
@@ -973,7 +974,7 @@ std::string tagText(uint64_t tag) {
   char b[160];
   snprintf(b, sizeof(b), "%s #%llu (%s, count %llu, root %llu)",
            op < static_cast<unsigned>(OpKind::Count) ? opName(static_cast<OpKind>(op)) : "?",
-           static_cast<unsigned long long>((tag >> 40) & 0xFFFFF),
+           static_cast<unsigned long long>(tagSeq(tag)),
            dtypeName(static_cast<int>((tag >> 32) & 0xF)),
            static_cast<unsigned long long>(tag & 0xFFFFF),
            static_cast<unsigned long long>((tag >> 20) & 0xFFF));

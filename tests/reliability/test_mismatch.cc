@@ -90,14 +90,14 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
   }, env, 60);
   EXPECT_TRUE(res.allOk()) << what << ": " << res.describe();
   for (int r = 0; r < n; r++) {
-    flagcxResult_t got = static_cast<flagcxResult_t>(sh->result[r].load());
-    double secs = static_cast<double>(sh->ns[r].load()) / 1e9;
-    std::string err = sh->err[r];
     if (sh->result[r].load() == kNeverReached) {
       ADD_FAILURE() << what << ": rank " << r
                     << " failed before its mismatched call (one of the good calls before it)";
       continue;
     }
+    flagcxResult_t got = static_cast<flagcxResult_t>(sh->result[r].load());
+    double secs = static_cast<double>(sh->ns[r].load()) / 1e9;
+    std::string err = sh->err[r];
     EXPECT_NE(got, flagcxSuccess) << what << ": rank " << r << " did not notice the mismatch";
     EXPECT_EQ(got, flagcxInvalidUsage)
         << what << ": rank " << r << " got " << flagcxGetErrorString(got) << " after " << secs
