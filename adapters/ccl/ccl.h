@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "core/enqueue.h"
+#include "exec/enqueue.h"
 #include "flagcx.h"
 
 namespace flagcx {

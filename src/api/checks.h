@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "core/comm.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "flagcx.h"
 
 namespace flagcx {

@@ -1,6 +1,6 @@
 // Collective entry points: validate, then hand to the engine.
 #include "api/checks.h"
-#include "core/enqueue.h"
+#include "exec/enqueue.h"
 
 using namespace flagcx;
 

@@ -3,9 +3,9 @@
 
 #include "api/checks.h"
 #include "core/comm.h"
-#include "core/enqueue.h"
-#include "core/params.h"
-#include "core/uniqueid.h"
+#include "exec/enqueue.h"
+#include "base/params.h"
+#include "rendezvous/uniqueid.h"
 
 using namespace flagcx;
 

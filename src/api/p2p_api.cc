@@ -1,6 +1,6 @@
 // Point-to-point and group entry points.
 #include "api/checks.h"
-#include "core/enqueue.h"
+#include "exec/enqueue.h"
 
 using namespace flagcx;
 

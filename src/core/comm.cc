@@ -9,10 +9,10 @@
 #include <set>
 #include <thread>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "adapters/ccl/ccl.h"
-#include "core/enqueue.h"
+#include "exec/enqueue.h"
 #include "sched/algo_set.h"
 
 namespace flagcx {
@@ -41,24 +41,6 @@ uint64_t localHostHash(std::string *hostName) {
   return fnv1a(std::string(host) + "/" + boot);
 }
 }  // namespace
-
-Backoff::Backoff() { reset(); }
-void Backoff::reset() {
-  spins_ = 0;
-  int64_t t = paramInt(Param::TIMEOUT);
-  deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(t > 0 ? t : 600);
-}
-bool Backoff::expired() const { return std::chrono::steady_clock::now() >= deadline_; }
-void Backoff::idle() {
-  spins_++;
-  if (spins_ < 64) {
-    __builtin_ia32_pause();
-  } else if (spins_ < 2048) {
-    sched_yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
 
 bool commIsLive(const flagcxComm *comm) {
   std::lock_guard<std::mutex> lk(g_liveMu);

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "core/bootstrap.h"
+#include "base/backoff.h"
+#include "rendezvous/bootstrap.h"
 #include "core/flight.h"
 #include "flagcx.h"
 #include "net/net.h"
@@ -127,19 +128,5 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
 // Wait until it is `ticket`'s turn (bounded by FLAGCX_TIMEOUT).
 flagcxResult_t commWaitTurn(flagcxComm *comm, uint64_t ticket);
 void commFinishTurn(flagcxComm *comm, uint64_t ticket, flagcxResult_t res);
-
-// Polite waiting for progress loops: spin a little, then yield, then sleep
-// briefly, so that two busy ranks on two cores do not starve each other.
-class Backoff {
- public:
-  Backoff();
-  void idle();          // nothing progressed this round
-  void progressed() { spins_ = 0; }
-  bool expired() const;  // FLAGCX_TIMEOUT passed since construction or reset()
-  void reset();
- private:
-  int spins_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
-};
 
 }  // namespace flagcx

@@ -7,8 +7,8 @@
 #include <map>
 #include <sstream>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 

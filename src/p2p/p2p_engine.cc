@@ -3,7 +3,7 @@
 // allows (NULL, -1, false), so programs link and fail cleanly.
 #include "flagcx_p2p.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace {
 void notYet(const char *fn) {

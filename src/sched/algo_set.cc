@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "sched/registry.h"
 #include "sched/script.h"
 #include "sched/tuner.h"

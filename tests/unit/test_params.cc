@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 
 using namespace flagcx;
 

@@ -9,8 +9,8 @@
 
 #include "adapters/device/adapter.h"
 #include "core/flight.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "base/params.h"
+#include "rendezvous/socket.h"
 #include "flagcx.h"
 
 using namespace flagcx;

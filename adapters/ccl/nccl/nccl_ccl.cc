@@ -25,8 +25,8 @@
 #include "adapters/ccl/ccl.h"
 #include "adapters/device/cuda/cuda_internal.h"
 #include "core/comm.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 

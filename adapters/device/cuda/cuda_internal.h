@@ -14,7 +14,7 @@
 #include <mutex>
 
 #include "adapters/device/adapter.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace flagcx::cuda {
 

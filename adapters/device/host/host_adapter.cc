@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "host_memory.h"
 #include "host_stream.h"
 

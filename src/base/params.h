@@ -8,7 +8,7 @@ namespace flagcx {
 
 enum class Param : int {
 #define X(name, kind, def, doc) name,
-#include "param_list.h"
+#include "base/param_list.h"
 #undef X
   Count
 };

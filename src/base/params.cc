@@ -1,4 +1,4 @@
-#include "params.h"
+#include "base/params.h"
 
 #include <atomic>
 #include <cerrno>
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "log.h"
+#include "base/log.h"
 
 extern char **environ;
 
@@ -16,7 +16,7 @@ namespace {
 
 const ParamInfo kInfo[] = {
 #define X(name, kind, def, doc) {"FLAGCX_" #name, #kind, def, doc},
-#include "param_list.h"
+#include "base/param_list.h"
 #undef X
 };
 

@@ -1,4 +1,4 @@
-#include "log.h"
+#include "base/log.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "params.h"
+#include "base/params.h"
 
 namespace flagcx {
 namespace {

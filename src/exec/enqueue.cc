@@ -3,49 +3,22 @@
 // collectives step by step through their compiled schedules, point-to-point
 // operations all posted at once so that grouped sends and receives cannot
 // deadlock whatever their order.
-#include "core/enqueue.h"
+#include "exec/enqueue.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "adapters/ccl/ccl.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "net/tags.h"
 #include "sched/algo_set.h"
 #include "sched/ir_names.h"
 
 namespace flagcx {
 
 namespace {
-
-constexpr uint64_t kP2PTag = 0x5032500000000000ull;
-
-// A collective's tag names the call, so that mismatched calls are caught on
-// the first message and both sides can be named: 0xC | seq:20 | op:4 |
-// dtype:4 | root:12 | count:20 (low bits).
-constexpr uint64_t kCollMark = 0xCull << 60;
-uint64_t collTag(uint64_t seq, OpKind op, flagcxDataType_t dt, int root, size_t count) {
-  return kCollMark | ((seq & 0xFFFFF) << 40) | (static_cast<uint64_t>(op) << 36) |
-         (static_cast<uint64_t>(dt) << 32) | ((static_cast<uint64_t>(root) & 0xFFF) << 20) |
-         (count & 0xFFFFF);
-}
-
-bool isCollTag(uint64_t tag) { return (tag >> 60) == (kCollMark >> 60); }
-uint64_t tagSeq(uint64_t tag) { return (tag >> 40) & 0xFFFFF; }
-
-// Is `theirs` a collective issued after `cur` (sequence numbers wrap at 2^20)?
-bool laterCall(uint64_t theirs, uint64_t cur) {
-  if (!isCollTag(theirs) || !isCollTag(cur)) return false;
-  uint64_t d = (tagSeq(theirs) - tagSeq(cur)) & 0xFFFFF;
-  return d != 0 && d < 0x80000;
-}
-
-const char *dtypeName(int dt) {
-  static const char *names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
-                                "float16", "float32", "float64", "bfloat16"};
-  return dt >= 0 && dt < flagcxNumTypes ? names[dt] : "?";
-}
 
 struct GroupState {
   int depth = 0;
@@ -905,7 +878,12 @@ flagcxResult_t runP2PStaged(flagcxComm *comm, std::vector<P2PItem> &items) {
 // on each connection), so that ranks waiting on it fail now, naming the
 // cause, instead of at FLAGCX_TIMEOUT.  Mismatches keep their code.
 void poisonPeers(flagcxComm *comm, flagcxResult_t res) {
-  MismatchNote note = lastMismatch();
+  Conn::Mismatch note;
+  for (auto &c : comm->conns)
+    if (c && c->mismatch().mine) {
+      note = c->mismatch();
+      break;
+    }
   flagcxResult_t code = res == flagcxInvalidUsage ? flagcxInvalidUsage : flagcxRemoteError;
   uint64_t mine = note.mine ? note.mine : comm->curTag;
   for (auto &c : comm->conns)
@@ -918,7 +896,6 @@ flagcxResult_t runJob(void *arg) {
   logSetRank(comm->rank);
   TRACE(kColl, "rank %d: job #%llu starts (%zu collective(s), %zu p2p)", comm->rank,
         static_cast<unsigned long long>(j->ticket), j->ncolls, j->p2p.size());
-  lastMismatch() = MismatchNote{};
   comm->curTag = kP2PTag;
   flagcxResult_t res = commWaitTurn(comm, j->ticket);
   for (size_t k = 0; k < j->ncolls; k++) {
@@ -962,24 +939,6 @@ Job *groupJob(flagcxComm *comm, flagcxStream_t stream) {
 }
 
 }  // namespace
-
-std::string tagText(uint64_t tag) {
-  if (tag == kP2PTag) return "send/recv";
-  if (!isCollTag(tag)) {
-    char b[40];
-    snprintf(b, sizeof(b), "tag 0x%llx", static_cast<unsigned long long>(tag));
-    return b;
-  }
-  unsigned op = (tag >> 36) & 0xF;
-  char b[160];
-  snprintf(b, sizeof(b), "%s #%llu (%s, count %llu, root %llu)",
-           op < static_cast<unsigned>(OpKind::Count) ? opName(static_cast<OpKind>(op)) : "?",
-           static_cast<unsigned long long>(tagSeq(tag)),
-           dtypeName(static_cast<int>((tag >> 32) & 0xF)),
-           static_cast<unsigned long long>(tag & 0xFFFFF),
-           static_cast<unsigned long long>((tag >> 20) & 0xFFF));
-  return b;
-}
 
 int groupDepth() { return t_group.depth; }
 
