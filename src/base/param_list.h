@@ -20,6 +20,7 @@ X(HOSTID, Str, "", "host identity override (ranks with equal ids share a host)")
 X(TIMEOUT, Int, "600", "seconds any blocking wait may last before it fails")
 
 // Transports
+X(CONNECT_ALL, Int, "0", "1: connect to every peer at init; 0: to the peers the schedules name, to the others on first use")
 X(SHM_DISABLE, Int, "0", "1: never use shared memory between same-host ranks (socket instead)")
 X(SHM_BUFFER_SIZE, Int, "4194304", "bytes of each shared-memory ring (one per direction and peer)")
 X(IPC_DISABLE, Int, "0", "1: device buffers of same-host ranks go through host staging instead of CUDA IPC")

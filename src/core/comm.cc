@@ -107,6 +107,41 @@ static flagcxResult_t assignClusters(flagcxComm *comm) {
   return flagcxSuccess;
 }
 
+flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers) {
+  // Same host -> shm (unless disabled), otherwise socket.  Set-up is
+  // pairwise over the bootstrap: both ranks of a pair call it for each other.
+  const auto &all = comm->bs->peers();
+  const uint64_t me = all[static_cast<size_t>(comm->rank)].hostHash;
+  bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
+  std::vector<int> shmPeers, sockPeers;
+  for (int r : peers) {
+    if (r == comm->rank || comm->conn(r)) continue;
+    bool same = all[static_cast<size_t>(r)].hostHash == me;
+    (same && !shmOff ? shmPeers : sockPeers).push_back(r);
+  }
+  struct Plan {
+    Transport *t;
+    std::vector<int> *peers;
+  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
+  const size_t nch = static_cast<size_t>(comm->nchannels);
+  for (auto &pl : plans) {
+    if (pl.peers->empty()) continue;
+    std::vector<std::unique_ptr<Conn>> conns;
+    flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
+    if (r != flagcxSuccess) {
+      WARN(kInit, "rank %d: connecting to %zu peer(s) over the %s transport failed", comm->rank,
+           pl.peers->size(), pl.t->name());
+      return r;
+    }
+    for (size_t i = 0; i < pl.peers->size(); i++)
+      for (size_t c = 0; c < nch; c++)
+        comm->conns[static_cast<size_t>((*pl.peers)[i]) * nch + c] = std::move(conns[i * nch + c]);
+    INFO(kInit, "rank %d: connected to %zu peer(s) over %s", comm->rank, pl.peers->size(),
+         pl.t->name());
+  }
+  return flagcxSuccess;
+}
+
 flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank) {
   DeviceAdapter *dev = selectedAdapter();
   if (!dev) {
@@ -148,35 +183,6 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   comm->nNodes = static_cast<int>(hosts.size());
   FLAGCX_CHECK(assignClusters(comm.get()));
 
-  // Transports: same host -> shm (unless disabled), otherwise socket.
-  bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
-  std::vector<int> shmPeers, sockPeers;
-  for (int r = 0; r < nranks; r++) {
-    if (r == rank) continue;
-    bool same = peers[static_cast<size_t>(r)].hostHash == self.hostHash;
-    (same && !shmOff ? shmPeers : sockPeers).push_back(r);
-  }
-  comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
-  // Every rank calls connectAll for both transports (possibly with no peers)
-  // so that collective set-up steps inside them line up.
-  comm->shm = makeShmTransport();
-  comm->sock = makeSocketTransport();
-  struct Plan {
-    Transport *t;
-    std::vector<int> *peers;
-  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
-  for (auto &pl : plans) {
-    std::vector<std::unique_ptr<Conn>> conns;
-    flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
-    if (r != flagcxSuccess) {
-      WARN(kInit, "rank %d: setting up the %s transport failed", rank, pl.t->name());
-      return r;
-    }
-    for (size_t i = 0; i < pl.peers->size(); i++)
-      for (int c = 0; c < comm->nchannels; c++)
-        comm->conns[static_cast<size_t>((*pl.peers)[i] * comm->nchannels + c)] =
-            std::move(conns[i * static_cast<size_t>(comm->nchannels) + static_cast<size_t>(c)]);
-  }
   // Hierarchical algorithms group ranks by host; with equal clusters from
   // FLAGCX_CLUSTER_SPLIT_LIST they group by cluster instead.
   int groupSize = comm->localRanks;
@@ -188,6 +194,21 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
     if (equal) groupSize = nranks / comm->nclusters;
   }
   FLAGCX_CHECK(AlgoSet::create(rank, nranks, groupSize, &comm->algos));
+  // Transports: connections to the peers the schedules name now (every
+  // op but alltoall/alltoallv, whose schedules name every rank), to the
+  // others on first use (the executor asks through env.connect).
+  comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
+  comm->shm = makeShmTransport();
+  comm->sock = makeSocketTransport();
+  std::vector<int> first;
+  if (paramInt(Param::CONNECT_ALL) != 0) {
+    for (int r = 0; r < nranks; r++)
+      if (r != rank) first.push_back(r);
+  } else {
+    first = comm->algos->schedulePeers(
+        [](OpKind op) { return op != OpKind::AlltoAll && op != OpKind::AlltoAllv; });
+  }
+  FLAGCX_CHECK(commConnect(comm.get(), first));
   CclContext cctx;
   cctx.rank = rank;
   cctx.nranks = nranks;
@@ -203,6 +224,8 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   env.bs = comm->bs.get();
   env.conns = &comm->conns;
   env.algos = comm->algos.get();
+  flagcxComm *raw = comm.get();
+  env.connect = [raw](const std::vector<int> &peers) { return commConnect(raw, peers); };
   comm->exec = std::make_unique<Executor>(env);
   if (!comm->ccl) {
     // Device buffers read in place by same-host peers (CUDA IPC), when every
@@ -215,9 +238,9 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   }
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
-       "%zu shm peer(s), %zu socket peer(s), %d channel(s)%s", rank, nranks, dev->name(),
-       self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
-       sockPeers.size(), comm->nchannels,
+       "%zu peer(s) connected, the others on first use, %d channel(s)%s", rank, nranks,
+       dev->name(), self.host, comm->localRank, comm->localRanks, comm->nNodes, first.size(),
+       comm->nchannels,
        comm->ccl ? ", vendor CCL"
        : comm->exec->mode() == ExecMode::Direct ? ", device buffers by CUDA IPC" : "");
   {

@@ -56,6 +56,9 @@ namespace flagcx {
 bool commIsLive(const flagcxComm *comm);
 flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank);
 flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
+// Connect to the listed peers that have no connection yet (each of them
+// must make the same call for this rank; bounded by FLAGCX_TIMEOUT).
+flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers);
 
 // The operations, after the API's checks: through the vendor pass-through
 // when the communicator has one, else through the executor.

@@ -87,6 +87,15 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     return flagcxInternalError;
   }
   const RankSchedule &rs = sch->ranks[0];
+  if (!s->allConnected) {
+    // Peers this schedule names that have no connection yet (alltoall's,
+    // or any op's with FLAGCX_CONNECT_ALL=0 and a peer no other schedule
+    // names): every rank of the call connects to its own at this point.
+    std::vector<int> peers;
+    for (const Step &st : rs.steps)
+      if (st.peer >= 0) peers.push_back(st.peer);
+    FLAGCX_CHECK(connectFor(s, peers));
+  }
   int N = sch->chunks;
   FlightEntry *fe = s->flight.begin(ci.seq, opName(a.op), sch->algo.c_str(), selectBytes,
                                        a.dtype, opIsRooted(a.op) ? a.root : -1);

@@ -11,6 +11,7 @@
 // recorder) it owns itself and frees when it goes.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct ExecEnv {
   Bootstrap *bs = nullptr;                         // peer host names; direct-mode set-up
   std::vector<std::unique_ptr<Conn>> *conns = nullptr;  // [peer * nchannels + ch]; null for self
   const AlgoSet *algos = nullptr;
+  // Connect to these peers (those of `conns` still null); each of them makes
+  // the same call for this rank when it runs the same operation.
+  std::function<flagcxResult_t(const std::vector<int> &)> connect;
 };
 
 class Executor {

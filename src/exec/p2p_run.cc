@@ -13,6 +13,11 @@ namespace flagcx {
 flagcxResult_t runP2P(ExecState *s, std::vector<P2PItem> &items) {
   // Sends and receives to oneself pair up in order.
   std::vector<P2PItem *> selfSends, selfRecvs;
+  if (!s->allConnected) {
+    std::vector<int> peers;
+    for (const auto &it : items) peers.push_back(it.peer);
+    FLAGCX_CHECK(connectFor(s, peers));
+  }
   std::vector<Xfer> &xs = s->scratchXfers;
   xs.clear();
   for (auto &it : items) {

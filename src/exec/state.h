@@ -159,6 +159,8 @@ struct ExecState {
   }
 
   FlightRecorder flight;
+  // Every peer has its Conns (else some connect on first use: connectFor).
+  bool allConnected = false;
 
   // Stream-enqueued work runs in issue order across all streams: a job
   // takes a ticket when enqueued and runs when its turn comes.
@@ -188,9 +190,12 @@ struct ExecState {
   std::vector<size_t> scratchDispls;
   std::vector<int> scratchLastWrite;
   std::vector<Xfer> scratchXfers;
+  std::vector<int> scratchPeers;
 };
 
-// xfer.cc: post and progress every message of `xs` until all complete.
+// xfer.cc: connect to the peers among `peers` that have no Conn yet (a
+// no-op once every peer has one); then post and progress every message of `xs` until all complete.
+flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers);
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                         flagcxRedOp_t op, const char *what);
 // coll_run.cc: one collective, its buffers as given (host or, in direct

@@ -1,6 +1,7 @@
 // Posting and progressing the messages of one stage (or one group of
 // sends and receives) on the transports, with the per-Conn limits, the
 // idle sweep that notices a peer that gave up, and FLAGCX_TIMEOUT.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,33 @@
 #include "rendezvous/bootstrap.h"
 
 namespace flagcx {
+
+namespace {
+bool everyPeerConnected(const ExecState *s) {
+  for (int p = 0; p < s->nranks; p++)
+    if (p != s->rank && !s->conn(p)) return false;
+  return true;
+}
+}  // namespace
+
+flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers) {
+  std::vector<int> &want = s->scratchPeers;
+  want.clear();
+  for (int p : peers)
+    if (p != s->rank && !s->conn(p)) want.push_back(p);
+  if (want.empty()) return flagcxSuccess;
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  if (!s->env.connect) {
+    WARN(kNet, "rank %d: no connection to rank %d and no way to make one", s->rank, want[0]);
+    return flagcxInternalError;
+  }
+  TRACE(kNet, "rank %d: connecting to %zu more peer(s) on first use", s->rank, want.size());
+  std::vector<int> copy = want;  // the callee may use the scratch vectors
+  FLAGCX_CHECK(s->env.connect(copy));
+  s->allConnected = everyPeerConnected(s);
+  return flagcxSuccess;
+}
 
 // Post and progress every transfer in `xs`; keep per-Conn posting order and
 // the per-Conn limit on outstanding requests.  Sends and receives are
