@@ -16,6 +16,11 @@ namespace flagcx {
 struct StreamTask {
   flagcxResult_t (*run)(void *arg);
   void *arg;
+  // Tasks of one lane run one at a time, in enqueue order; tasks of
+  // different lanes may run at once.  The executor gives each communicator
+  // its own lane, so that ranks sharing a process (which wait for each
+  // other) never queue behind one another.  nullptr: the shared lane.
+  const void *lane;  // (no initializer: StreamTask lives in unions; {run, arg} zeroes it)
 };
 
 // The kinds of device a rank can drive.  Ranks of different kinds make a
@@ -88,6 +93,9 @@ class DeviceAdapter {
   // for every stream: from the progress thread, while it holds a user's
   // stream, that would never return).
   virtual flagcxResult_t prepareEngine() { return flagcxSuccess; }
+  // No task of `lane` is queued or running any more, nor will be: free what
+  // the adapter keeps for it (a CUDA progress thread).
+  virtual void releaseLane(const void * /*lane*/) {}
 };
 
 // The host adapter (always available).

@@ -49,8 +49,15 @@ flagcxResult_t setupDirect(ExecState *s, bool canDirect) {
   FLAGCX_CHECK(dev->ipcExport(ob, refs.data() + rb * static_cast<size_t>(s->rank)));
   FLAGCX_CHECK(s->env.bs->allgather(refs.data(), rb));
   s->dx.peerOutbox.assign(static_cast<size_t>(s->nranks), nullptr);
+  const auto &peers = s->env.bs->peers();
+  const PeerInfo &me = peers[static_cast<size_t>(s->rank)];
+  s->dx.sameProcess.assign(static_cast<size_t>(s->nranks), 0);
   for (int p = 0; p < s->nranks; p++) {
-    if (p == s->rank) continue;
+    const PeerInfo &pi = peers[static_cast<size_t>(p)];
+    s->dx.sameProcess[static_cast<size_t>(p)] = pi.pid == me.pid && pi.hostHash == me.hostHash;
+    // A rank of this process reads our memory directly (CUDA does not open
+    // an IPC handle in the process that made it).
+    if (p == s->rank || s->dx.sameProcess[static_cast<size_t>(p)]) continue;
     void *base = nullptr;
     flagcxResult_t r = dev->ipcImportBase(refs.data() + rb * static_cast<size_t>(p), &base);
     if (r != flagcxSuccess) {
@@ -117,12 +124,16 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
     c.ch = 0;
     c.conn = s->conn(c.peer, 0);
     if (c.isSend) {
-      // {magic, bytes, kind (1: in my outbox at offset; 0: the IPC reference
-      // that follows), offset}
+      // {magic, bytes, kind, offset or address}; kind 1: in my outbox at
+      // that offset; 2: at that address (a rank of this process: one CUDA
+      // context, nothing to map); 0: the IPC reference that follows.
       uint64_t hdr[4] = {kDirectMagic, xs[i].bytes, 0, 0};
       memset(c.buf, 0, kCtrlBytes);
       size_t len = (xs[i].bytes + 255) & ~size_t(255);
-      if (xs[i].bytes && xs[i].bytes < kOutboxMax && outboxUsed + len <= s->dx.outboxBytes) {
+      if (xs[i].bytes && s->dx.sameProcess[static_cast<size_t>(c.peer)]) {
+        hdr[2] = 2;
+        hdr[3] = reinterpret_cast<uintptr_t>(xs[i].buf);
+      } else if (xs[i].bytes && xs[i].bytes < kOutboxMax && outboxUsed + len <= s->dx.outboxBytes) {
         FLAGCX_CHECK(dev->copyAsync(s->dx.outbox + outboxUsed, xs[i].buf, xs[i].bytes));
         hdr[2] = 1;
         hdr[3] = outboxUsed;
@@ -151,7 +162,8 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
     const char *c = ctrl.data() + i * kCtrlBytes;
     uint64_t hdr[4];
     memcpy(hdr, c, sizeof(hdr));
-    if (hdr[0] != kDirectMagic || hdr[2] > 1) {
+    bool local = s->dx.sameProcess[static_cast<size_t>(x.peer)];
+    if (hdr[0] != kDirectMagic || hdr[2] > 2 || (hdr[2] == 2) != (local && x.bytes)) {
       WARN(kColl, "rank %d: %s: rank %d sent a malformed direct-transfer header", s->rank,
            what, x.peer);
       return flagcxInternalError;
@@ -171,6 +183,8 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
         return flagcxInternalError;
       }
       src = s->dx.peerOutbox[static_cast<size_t>(x.peer)] + hdr[3];
+    } else if (hdr[2] == 2) {
+      src = reinterpret_cast<char *>(static_cast<uintptr_t>(hdr[3]));
     } else {
       FLAGCX_CHECK(importPeer(s, c + 32, x.peer, &src));
     }

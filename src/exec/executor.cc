@@ -54,7 +54,10 @@ ExecState::ExecState(const ExecEnv &e)
     if (p != rank && !conn(p)) allConnected = false;
 }
 
-ExecState::~ExecState() { releaseDirect(this); }
+ExecState::~ExecState() {
+  releaseDirect(this);
+  dev->releaseLane(this);  // the communicator drained every job first
+}
 
 namespace {
 
@@ -191,7 +194,7 @@ flagcxResult_t launch(Job *j) {
   }
   j->ticket = s->nextTicket.fetch_add(1);
   s->inFlight.fetch_add(1);
-  return s->dev->enqueue(j->stream, StreamTask{runJob, j});
+  return s->dev->enqueue(j->stream, StreamTask{runJob, j, s});
 }
 
 Job *groupJob(ExecState *s, flagcxStream_t stream) {

@@ -140,6 +140,7 @@ struct DirectState {
   char *outbox = nullptr;
   size_t outboxBytes = 0;
   std::vector<char *> peerOutbox;                      // [peer], mapped at init
+  std::vector<char> sameProcess;                       // [peer]: a rank of this process
   std::unordered_map<std::string, void *> imports;     // peer allocation id -> mapped base
   std::vector<char> ctrl;                              // control messages of a stage
   std::vector<Xfer> xfers;

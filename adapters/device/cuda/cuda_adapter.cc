@@ -268,6 +268,7 @@ class CudaAdapter final : public DeviceAdapter {
   flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) override {
     return enqueueTask(stream, task);
   }
+  void releaseLane(const void *lane) override { cuda::releaseLane(lane); }
 
   // Direct mode (CUDA IPC between processes of one host).
   bool ipcSupported() override { return driver().memGetAddressRange != nullptr; }
