@@ -1,0 +1,57 @@
+// Helpers shared by the exported entry points: the per-call fast path.
+#pragma once
+#include "dropin.h"
+
+#define NCCLX_CHECK(x)                  \
+  do {                                  \
+    ncclResult_t _r = (x);              \
+    if (_r != ncclSuccess) return _r;   \
+  } while (0)
+
+namespace ncclx {
+
+ncclResult_t enterSlow(const char *fn, ncclComm *c, flagcxComm_t *fc);
+ncclResult_t settle(const char *fn, ncclComm *c);
+
+// A usable communicator: one compare on the fast path.
+inline ncclResult_t enter(const char *fn, ncclComm *c, flagcxComm_t *fc) {
+  if (c && c->magic == ncclComm::kMagic &&
+      c->state.load(std::memory_order_acquire) == ncclComm::kReady) {
+    *fc = c->fc;
+    return ncclSuccess;
+  }
+  return enterSlow(fn, c, fc);
+}
+
+// flagcx logged the reason already; drop the drop-in's older text so that
+// ncclGetLastError returns flagcx's.
+inline ncclResult_t fromFlagcx(const char *, flagcxResult_t r) {
+  if (r == flagcxSuccess) return ncclSuccess;
+  clearLastError();
+  return toNccl(r);
+}
+
+// The flagcx stream that stands for a cudaStream_t (made once per value).
+ncclResult_t mapStreamSlow(cudaStream_t s, flagcxStream_t *out);
+struct StreamHit {
+  cudaStream_t native = nullptr;
+  flagcxStream_t mapped = nullptr;
+  bool valid = false;
+};
+extern thread_local StreamHit t_stream;
+inline ncclResult_t mapStream(cudaStream_t s, flagcxStream_t *out) {
+  if (t_stream.valid && t_stream.native == s) {
+    *out = t_stream.mapped;
+    return ncclSuccess;
+  }
+  return mapStreamSlow(s, out);
+}
+
+// ncclCommSplit's work on one rank: exchange (color, key) over the parent,
+// create `c` (NULL: this rank takes no part in a new communicator).
+ncclResult_t splitNow(ncclComm *parent, ncclComm *c, int color, int key);
+
+}  // namespace ncclx
+
+// NCCL's profiling names: pnccl<X> is the same function as nccl<X>.
+#define NCCLX_PNAME(name) extern "C" __attribute__((alias(#name))) decltype(name) p##name;
