@@ -16,7 +16,26 @@ thread_local StreamHit t_stream;
 // One flagcx wrapper per cudaStream_t value, kept for the life of the
 // process: a wrapper holds only the native handle, so a value that CUDA
 // reuses for a new stream designates the new stream correctly.
-ncclResult_t mapStreamSlow(cudaStream_t s, flagcxStream_t *out) {
+bool hostAdapter() {
+  static const bool onHost = [] {
+    char vendor[128] = "";
+    return device() && device()->getVendor(vendor) == flagcxSuccess && strcmp(vendor, "host") == 0;
+  }();
+  return onHost;
+}
+
+ncclResult_t mapStreamSlow(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
+  if (!s && t_groupDepth > 0 && hostAdapter()) {
+    std::lock_guard<std::mutex> lk(c->mu);
+    if (!c->groupStream) {
+      flagcxResult_t r = device()->streamCreate(&c->groupStream);
+      if (r != flagcxSuccess)
+        return fail(toNccl(r), "stream", "cannot create the communicator's group stream");
+    }
+    *out = c->groupStream;
+    groupStreamsUsed(c);
+    return ncclSuccess;
+  }
   static std::mutex mu;
   static auto *map = new std::unordered_map<cudaStream_t, flagcxStream_t>();
   flagcxStream_t fs = nullptr;
@@ -150,7 +169,7 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
   flagcxDataType_t ft;
   NCCLX_CHECK(type(fn, t, Use::Reduce, &ft));
   flagcxStream_t fs;
-  NCCLX_CHECK(mapStream(stream, &fs));
+  NCCLX_CHECK(mapStream(c, stream, &fs));
   size_t bytes = inCount * getFlagcxDataTypeSize(ft);
   flagcxDeviceHandle_t h = device();
   void *tmp = nullptr;
@@ -186,7 +205,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   flagcxDataType_t ft;
   NCCLX_CHECK(type(fn, datatype, Use::Reduce, &ft));
   flagcxStream_t fs;
-  NCCLX_CHECK(mapStream(stream, &fs));
+  NCCLX_CHECK(mapStream(comm, stream, &fs));
   return fromFlagcx(fn, flagcxAllReduce(sendbuff, recvbuff, count, ft,
                                         static_cast<flagcxRedOp_t>(op), fc, fs));
 }
@@ -204,7 +223,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
   flagcxDataType_t ft;
   NCCLX_CHECK(type(fn, datatype, Use::Reduce, &ft));
   flagcxStream_t fs;
-  NCCLX_CHECK(mapStream(stream, &fs));
+  NCCLX_CHECK(mapStream(comm, stream, &fs));
   return fromFlagcx(fn, flagcxReduce(sendbuff, recvbuff, count, ft,
                                      static_cast<flagcxRedOp_t>(op), root, fc, fs));
 }
@@ -223,7 +242,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   flagcxDataType_t ft;
   NCCLX_CHECK(type(fn, datatype, Use::Reduce, &ft));
   flagcxStream_t fs;
-  NCCLX_CHECK(mapStream(stream, &fs));
+  NCCLX_CHECK(mapStream(comm, stream, &fs));
   return fromFlagcx(fn, flagcxReduceScatter(sendbuff, recvbuff, recvcount, ft,
                                             static_cast<flagcxRedOp_t>(op), fc, fs));
 }
@@ -234,7 +253,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   flagcxDataType_t ft;                              \
   NCCLX_CHECK(type(fn, datatype, Use::Move, &ft));  \
   flagcxStream_t fs;                                \
-  NCCLX_CHECK(mapStream(stream, &fs))
+  NCCLX_CHECK(mapStream(comm, stream, &fs))
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {

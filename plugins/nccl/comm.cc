@@ -13,13 +13,30 @@ namespace ncclx {
 
 namespace {
 struct GroupState {
-  int depth = 0;
   std::vector<Deferred> deferred;
+  std::vector<ncclComm *> streams;  // communicators whose group stream was used
 };
 thread_local GroupState t_group;
 }  // namespace
 
-bool inGroup() { return t_group.depth > 0; }
+thread_local int t_groupDepth = 0;
+
+bool inGroup() { return t_groupDepth > 0; }
+
+void groupStreamsUsed(ncclComm *c) {
+  if (std::find(t_group.streams.begin(), t_group.streams.end(), c) == t_group.streams.end())
+    t_group.streams.push_back(c);
+}
+
+ncclResult_t groupStreamsWait() {
+  ncclResult_t res = ncclSuccess;
+  for (ncclComm *c : t_group.streams) {
+    flagcxResult_t r = device()->streamSynchronize(c->groupStream);
+    if (r != flagcxSuccess && res == ncclSuccess) res = fromFlagcx("ncclGroupEnd", r);
+  }
+  t_group.streams.clear();
+  return res;
+}
 void defer(Deferred d) { t_group.deferred.push_back(std::move(d)); }
 
 // Wait for a communicator whose creation was deferred or runs in the
@@ -154,6 +171,7 @@ void deleteComm(ncclComm *c) {
     std::lock_guard<std::mutex> lk(c->mu);
     if (c->initThread.joinable()) c->initThread.join();
   }
+  if (c->groupStream) device()->streamDestroy(c->groupStream);
   c->magic = 0;
   delete c;
 }
@@ -312,6 +330,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm->initThread.joinable()) comm->initThread.join();
   }
   ncclResult_t r = ncclSuccess;
+  if (comm->groupStream) device()->streamSynchronize(comm->groupStream);
   if (comm->fc) r = fromFlagcx(fn, flagcxCommDestroy(comm->fc));
   deleteComm(comm);
   return r;
@@ -393,16 +412,20 @@ void ncclResetDebugInit() {}  // flagcx reads FLAGCX_DEBUG once; nothing to rese
 ncclResult_t ncclGroupStart() {
   flagcxResult_t r = flagcxGroupStart(nullptr);
   if (r != flagcxSuccess) return fromFlagcx("ncclGroupStart", r);
-  t_group.depth++;
+  t_groupDepth++;
   return ncclSuccess;
 }
 
 ncclResult_t ncclGroupEnd() {
   const char *fn = "ncclGroupEnd";
-  if (t_group.depth == 0) return fail(ncclInvalidUsage, fn, "no group is open (ncclGroupStart)");
-  t_group.depth--;
+  if (t_groupDepth == 0) return fail(ncclInvalidUsage, fn, "no group is open (ncclGroupStart)");
+  t_groupDepth--;
   ncclResult_t r = fromFlagcx(fn, flagcxGroupEnd(nullptr));
-  if (t_group.depth == 0 && !t_group.deferred.empty()) {
+  if (t_groupDepth == 0 && !t_group.streams.empty()) {
+    ncclResult_t w = groupStreamsWait();
+    if (r == ncclSuccess) r = w;
+  }
+  if (t_groupDepth == 0 && !t_group.deferred.empty()) {
     std::vector<Deferred> items;
     items.swap(t_group.deferred);
     ncclResult_t c = runAll(items);

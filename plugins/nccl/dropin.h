@@ -43,6 +43,7 @@ struct ncclComm {
   std::thread initThread;  // non-blocking creation
   std::mutex mu;           // initThread, premul
   std::vector<ncclx::PreMul> premul;
+  flagcxStream_t groupStream = nullptr;  // host adapter: NULL stream inside a group
 };
 
 struct ncclWindow_vidmem {

@@ -32,20 +32,31 @@ inline ncclResult_t fromFlagcx(const char *, flagcxResult_t r) {
 }
 
 // The flagcx stream that stands for a cudaStream_t (made once per value).
-ncclResult_t mapStreamSlow(cudaStream_t s, flagcxStream_t *out);
+// One exception, on the host adapter only: there a NULL stream means "now"
+// in flagcx, which would run a group's operations one communicator after
+// the other on the calling thread; ranks of one process driven by one thread
+// (ncclCommInitAll) would wait for each other forever.  Inside a group, a
+// NULL stream therefore becomes a private stream of the communicator, and
+// ncclGroupEnd waits for those streams.
+ncclResult_t mapStreamSlow(ncclComm *c, cudaStream_t s, flagcxStream_t *out);
 struct StreamHit {
   cudaStream_t native = nullptr;
   flagcxStream_t mapped = nullptr;
   bool valid = false;
 };
 extern thread_local StreamHit t_stream;
-inline ncclResult_t mapStream(cudaStream_t s, flagcxStream_t *out) {
-  if (t_stream.valid && t_stream.native == s) {
+extern thread_local int t_groupDepth;
+bool hostAdapter();
+inline ncclResult_t mapStream(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
+  if (t_stream.valid && t_stream.native == s && (s || t_groupDepth == 0)) {
     *out = t_stream.mapped;
     return ncclSuccess;
   }
-  return mapStreamSlow(s, out);
+  return mapStreamSlow(c, s, out);
 }
+// The private streams used by the calling thread's open group.
+void groupStreamsUsed(ncclComm *c);
+ncclResult_t groupStreamsWait();
 
 // ncclCommSplit's work on one rank: exchange (color, key) over the parent,
 // create `c` (NULL: this rank takes no part in a new communicator).

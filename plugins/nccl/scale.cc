@@ -1,5 +1,7 @@
 #include "scale.h"
 
+#include "exports.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -107,11 +109,7 @@ void scaleHost(void *dst, const void *src, size_t n, ncclDataType_t t, const voi
 
 ncclResult_t scaleInto(const char *fn, void *dst, const void *src, size_t count, ncclDataType_t t,
                        const PreMul &pm, cudaStream_t stream, flagcxStream_t fs) {
-  static const bool onHost = [] {
-    char vendor[128] = "";
-    return device() && device()->getVendor(vendor) == flagcxSuccess && strcmp(vendor, "host") == 0;
-  }();
-  if (onHost) {
+  if (hostAdapter()) {
     // Host "streams" run in order on a worker: wait for the inputs, then scale.
     if (fs && device()->streamSynchronize(fs) != flagcxSuccess)
       return fail(ncclUnhandledCudaError, fn, "stream failed before the PreMulSum scaling");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../exports.h"
 #include "../scale.h"
 #include "../translate.h"
 
@@ -259,4 +260,69 @@ TEST(Api, OneRankCommunicator) {
   EXPECT_EQ(ncclCommCount(g, &n), ncclSuccess);
   EXPECT_EQ(ncclCommDestroy(g), ncclSuccess);
   EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Several ranks in one process, driven by one thread (what nccl-tests does
+// with -t/-g and what ncclCommInitAll is for).  On the host adapter: NULL
+// streams inside a group, and host streams passed as cudaStream_t.
+namespace {
+void groupAllReduce(ncclComm_t *c, int n, cudaStream_t *streams, float base) {
+  std::vector<std::vector<float>> in(n, std::vector<float>(33)), out(n, std::vector<float>(33));
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < 33; i++) in[k][i] = base + k + i;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < n; k++)
+    ASSERT_EQ(ncclAllReduce(in[k].data(), out[k].data(), 33, ncclFloat, ncclSum, c[k],
+                            streams ? streams[k] : nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  if (streams)
+    for (int k = 0; k < n; k++)
+      ASSERT_EQ(device()->streamSynchronize(reinterpret_cast<flagcxStream_t>(streams[k])), flagcxSuccess);
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < 33; i++)
+      ASSERT_EQ(out[k][i], n * (base + i) + n * (n - 1) / 2.0f) << "rank " << k << " [" << i << "]";
+}
+}  // namespace
+
+TEST(SameProcess, InitAllThenGroupsOnNullStreams) {
+  constexpr int n = 3;
+  ncclComm_t c[n] = {};
+  ASSERT_EQ(ncclCommInitAll(c, n, nullptr), ncclSuccess);
+  for (int k = 0; k < n; k++) {
+    int r = -1;
+    ASSERT_EQ(ncclCommUserRank(c[k], &r), ncclSuccess);
+    EXPECT_EQ(r, k);
+  }
+  for (int it = 0; it < 3; it++) groupAllReduce(c, n, nullptr, static_cast<float>(it));
+  // A ring of sends and receives, one group for every rank.
+  std::vector<std::vector<int>> snd(n, std::vector<int>(100)), rcv(n, std::vector<int>(100, -1));
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < 100; i++) snd[k][i] = k * 1000 + i;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < n; k++) {
+    ASSERT_EQ(ncclSend(snd[k].data(), 100, ncclInt32, (k + 1) % n, c[k], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(rcv[k].data(), 100, ncclInt32, (k + n - 1) % n, c[k], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int k = 0; k < n; k++) EXPECT_EQ(rcv[k][99], ((k + n - 1) % n) * 1000 + 99);
+  for (int k = 0; k < n; k++) EXPECT_EQ(ncclCommDestroy(c[k]), ncclSuccess);
+}
+
+TEST(SameProcess, InitRankInOneGroupThenStreams) {
+  constexpr int n = 2;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t c[n] = {};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < n; k++) ASSERT_EQ(ncclCommInitRank(&c[k], n, id, k), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  // On the host adapter a "cudaStream_t" is a flagcx host stream.
+  cudaStream_t s[n];
+  for (int k = 0; k < n; k++) {
+    flagcxStream_t fs = nullptr;
+    ASSERT_EQ(device()->streamCreate(&fs), flagcxSuccess);
+    s[k] = reinterpret_cast<cudaStream_t>(fs);
+  }
+  for (int it = 0; it < 3; it++) groupAllReduce(c, n, s, 10.0f * it);
+  for (int k = 0; k < n; k++) EXPECT_EQ(ncclCommDestroy(c[k]), ncclSuccess);
 }
