@@ -64,10 +64,29 @@ Nccl *loadNccl() {
   static std::once_flag once;
   std::call_once(once, [] {
     const std::string &path = paramStr(Param::NCCL_LIB);
-    n.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // flagcx's NCCL drop-in (plugins/nccl) is a libnccl.so.2 too, marked by
+    // the symbol flagcxNcclDropin.  When it is in the process (LD_PRELOAD, or
+    // an application linked to it), dlopen by name returns it, and passing
+    // through to it would recurse: only a path to another file can name the
+    // real NCCL.  That one is loaded with RTLD_DEEPBIND because NCCL calls its
+    // own exported functions through the PLT (ncclBroadcast, ncclMemFree, …),
+    // which would otherwise bind to the drop-in's.
+    const char *kMarker = "flagcxNcclDropin";
+    int flags = RTLD_NOW | RTLD_LOCAL;
+    if (dlsym(RTLD_DEFAULT, kMarker)) flags |= RTLD_DEEPBIND;
+    n.lib = dlopen(path.c_str(), flags);
     if (!n.lib) {
       const char *e = dlerror();
       n.error = "dlopen(" + path + "): " + (e ? e : "unknown error");
+      g_loadError = n.error;
+      return;
+    }
+    if (dlsym(n.lib, kMarker)) {
+      // Not closed: the drop-in stays loaded for the application anyway.
+      n.lib = nullptr;
+      n.error = "FLAGCX_NCCL_LIB=" + path +
+                " is flagcx's NCCL drop-in, not NCCL (would recurse); set FLAGCX_NCCL_LIB to "
+                "the path of NVIDIA's libnccl.so.2 to use NCCL under the drop-in";
       g_loadError = n.error;
       return;
     }
