@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
+#include <map>
 
 #include "exports.h"
 #include "scale.h"
@@ -37,24 +37,31 @@ ncclResult_t mapStreamSlow(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
     return ncclSuccess;
   }
   static std::mutex mu;
-  static auto *map = new std::unordered_map<cudaStream_t, flagcxStream_t>();
+  static auto *map = new std::map<std::pair<cudaStream_t, int>, flagcxStream_t>();
   flagcxStream_t fs = nullptr;
   {
     std::lock_guard<std::mutex> lk(mu);
-    auto it = map->find(s);
+    auto it = map->find({s, c->device});
     if (it != map->end()) {
       fs = it->second;
     } else {
       flagcxDeviceHandle_t h = device();
       if (!h) return fail(ncclUnhandledCudaError, "stream", "no device adapter");
+      // The wrapper takes the current device as the stream's: make it the
+      // communicator's for the moment.
+      int prev = -1;
+      bool switched = h->getDevice(&prev) == flagcxSuccess && prev != c->device &&
+                      h->setDevice(c->device) == flagcxSuccess;
       flagcxResult_t r = h->streamCopy(&fs, reinterpret_cast<void *>(s));
+      if (switched) h->setDevice(prev);
       if (r != flagcxSuccess)
         return fail(toNccl(r), "stream", "cannot use stream %p: %s", static_cast<void *>(s),
                     flagcxGetErrorString(r));
-      map->emplace(s, fs);
+      map->emplace(std::make_pair(s, c->device), fs);
     }
   }
   t_stream.native = s;
+  t_stream.device = c->device;
   t_stream.mapped = fs;
   t_stream.valid = true;
   *out = fs;
@@ -177,7 +184,7 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
     return fail(ncclSystemError, fn, "cannot allocate %zu bytes for the scaled input", bytes);
   ncclResult_t r = bytes ? scaleInto(fn, tmp, send, inCount, t, pm, stream, fs) : ncclSuccess;
   if (r == ncclSuccess) r = fromFlagcx(fn, run(tmp, ft, fs));
-  if (tmp) h->deviceFree(tmp, flagcxMemDevice, fs);  // behind the collective on its stream
+  if (tmp) releaseLater(tmp, fs);  // behind the collective on its stream
   (void)fc;
   return r;
 }

@@ -14,6 +14,7 @@ namespace ncclx {
 namespace {
 struct GroupState {
   std::vector<Deferred> deferred;
+  std::vector<std::pair<void *, flagcxStream_t>> frees;  // PreMulSum working buffers
   std::vector<ncclComm *> streams;  // communicators whose group stream was used
 };
 thread_local GroupState t_group;
@@ -26,6 +27,13 @@ bool inGroup() { return t_groupDepth > 0; }
 void groupStreamsUsed(ncclComm *c) {
   if (std::find(t_group.streams.begin(), t_group.streams.end(), c) == t_group.streams.end())
     t_group.streams.push_back(c);
+}
+
+void releaseLater(void *p, flagcxStream_t fs) {
+  if (t_groupDepth > 0)
+    t_group.frees.emplace_back(p, fs);
+  else
+    device()->deviceFree(p, flagcxMemDevice, fs);
 }
 
 ncclResult_t groupStreamsWait() {
@@ -424,6 +432,10 @@ ncclResult_t ncclGroupEnd() {
   if (t_groupDepth == 0 && !t_group.streams.empty()) {
     ncclResult_t w = groupStreamsWait();
     if (r == ncclSuccess) r = w;
+  }
+  if (t_groupDepth == 0 && !t_group.frees.empty()) {
+    for (auto &f : t_group.frees) device()->deviceFree(f.first, flagcxMemDevice, f.second);
+    t_group.frees.clear();
   }
   if (t_groupDepth == 0 && !t_group.deferred.empty()) {
     std::vector<Deferred> items;

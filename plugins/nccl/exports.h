@@ -31,7 +31,9 @@ inline ncclResult_t fromFlagcx(const char *, flagcxResult_t r) {
   return toNccl(r);
 }
 
-// The flagcx stream that stands for a cudaStream_t (made once per value).
+// The flagcx stream that stands for a cudaStream_t on the communicator's
+// device (made once per pair: the legacy NULL stream differs per device, and
+// the wrapper must know the stream's device).
 // One exception, on the host adapter only: there a NULL stream means "now"
 // in flagcx, which would run a group's operations one communicator after
 // the other on the calling thread; ranks of one process driven by one thread
@@ -41,6 +43,7 @@ inline ncclResult_t fromFlagcx(const char *, flagcxResult_t r) {
 ncclResult_t mapStreamSlow(ncclComm *c, cudaStream_t s, flagcxStream_t *out);
 struct StreamHit {
   cudaStream_t native = nullptr;
+  int device = -1;
   flagcxStream_t mapped = nullptr;
   bool valid = false;
 };
@@ -48,12 +51,16 @@ extern thread_local StreamHit t_stream;
 extern thread_local int t_groupDepth;
 bool hostAdapter();
 inline ncclResult_t mapStream(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
-  if (t_stream.valid && t_stream.native == s && (s || t_groupDepth == 0)) {
+  if (t_stream.valid && t_stream.native == s && t_stream.device == c->device &&
+      (s || t_groupDepth == 0)) {
     *out = t_stream.mapped;
     return ncclSuccess;
   }
   return mapStreamSlow(c, s, out);
 }
+// Free a working buffer behind the work on `fs`; inside a group only after
+// ncclGroupEnd has launched that work.
+void releaseLater(void *p, flagcxStream_t fs);
 // The private streams used by the calling thread's open group.
 void groupStreamsUsed(ncclComm *c);
 ncclResult_t groupStreamsWait();

@@ -100,6 +100,12 @@ static void collectives(ncclComm_t comm, int rank) {
   OK(ncclReduceScatter(c, b, N, ncclFloat, op, comm, NULL));
   for (int i = 0; i < N; i++)
     CHECK(b[i] == (float)(2 * (rank * N + i) + 3 * (1000 + rank * N + i)), "premulsum reducescatter [%d] = %g", i, b[i]);
+  memset(b, 0, sizeof(b));
+  OK(ncclGroupStart()); /* in a group: the working buffer lives until ncclGroupEnd */
+  OK(ncclAllReduce(a, b, N, ncclFloat, op, comm, NULL));
+  OK(ncclGroupEnd());
+  for (int i = 0; i < N; i++)
+    CHECK(b[i] == (float)(2 * (1 + i) + 3 * (2 + i)), "premulsum allreduce in a group [%d] = %g", i, b[i]);
   CHECK(ncclAllReduce(a, b, N, ncclInt32, op, comm, NULL) == ncclInvalidArgument,
         "premulsum op used with another datatype is refused");
   OK(ncclRedOpDestroy(op, comm));
