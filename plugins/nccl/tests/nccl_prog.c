@@ -3,6 +3,7 @@
  * it with FLAGCX_DEVICE=host), NULL streams: every collective, send/recv in a
  * group, PreMulSum, split, non-blocking creation, registration, and the
  * calls flagcx refuses.  Exit status 0 only if every check holds. */
+#include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,12 @@ static int run(int rank, ncclUniqueId id, ncclUniqueId id2) {
 }
 
 int main(void) {
+  /* Linked with -lnccl against the drop-in, or against NVIDIA's library and
+   * run with the drop-in in LD_PRELOAD: either way the drop-in must serve it. */
+  if (!dlsym(RTLD_DEFAULT, "flagcxNcclDropin")) {
+    fprintf(stderr, "FAIL: the NCCL in this process is not flagcx's drop-in\n");
+    return 1;
+  }
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess || v != NCCL_VERSION_CODE) {
     fprintf(stderr, "FAIL ncclGetVersion %d, header says %d\n", v, NCCL_VERSION_CODE);
