@@ -155,7 +155,7 @@ if want single; then
     rc=$?
     check_log "$O/single-$op.log" $rc || { bad=$((bad + 1)); echo "   single $op: rc $rc"; }
   done
-  grep -h 'nccl: loaded\|backend\|NCCL not loadable' "$O"/single-all_reduce.log | head -3 | sed 's/^/   /'
+  grep -h 'nccl: loaded\|ready: device\|engine runs this' "$O"/single-all_reduce.log | head -3 | sed 's/^/   /'
   result single $bad "7 ops, 1 process on GPU 0, -c 1, 8 B..$MAX ($bad failing)"
 fi
 
