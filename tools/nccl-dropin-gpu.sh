@@ -98,6 +98,7 @@ if want build; then
     # Only what the stages use (the whole tree takes longer than the budget).
     ninja -C "$B" libflagcx.so plugins/nccl/libnccl.so.2.28.9 &&
     ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog &&
+    { ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog_real || echo "(no NVIDIA libnccl.so to link)"; } &&
     { ninja -C "$B" plugins/nccl/tests/unit_nccl_dropin || echo "(no GoogleTest: unit test not built)"; }
   } > "$O/build.log" 2>&1
   result build $? "flagcx + drop-in ($(ls "$DROPIN"/libnccl.so.2* 2>/dev/null | head -1))"
@@ -108,7 +109,7 @@ if want build; then
   for c in shared/third_party/nccl-tests.tar.gz ../shared/third_party/nccl-tests.tar.gz; do
     [ -z "$TGZ" ] && [ -f "$c" ] && TGZ=$c
   done
-  {
+  (
     set -e
     rm -rf "$B/nccl-tests-src" "$B/nccl-home"
     mkdir -p "$B/nccl-tests-src" "$B/nccl-home/lib"
@@ -126,8 +127,8 @@ if want build; then
     # LD_LIBRARY_PATH's choice.
     readelf -d "$NT/all_reduce_perf" | grep -E 'NEEDED.*nccl'
     nvcc -O2 -std=c++17 -I"$NCCL_INC" plugins/nccl/tests/same_process_gpu.cc -o "$NT/same_process_gpu" \
-      -L"$DROPIN" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$ROOT/$B"
-  } > "$O/nccl-tests-build.log" 2>&1
+      -L"$DROPIN" -L"$ROOT/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$ROOT/$B"
+  ) > "$O/nccl-tests-build.log" 2>&1
   result nccl-tests $? "built against the drop-in (MPI=1): $NT"
 fi
 
@@ -141,6 +142,7 @@ check_log() {  # log rc -> 0 when clean
 # ---- the flagcx tests of the drop-in, on this machine ----
 if want tests; then
   t="nccl-dropin-exports nccl-dropin-prog"
+  [ -x "$B/plugins/nccl/tests/nccl_dropin_prog_real" ] && t="$t nccl-dropin-preload"
   [ -x "$B/plugins/nccl/tests/unit_nccl_dropin" ] && t="$t unit-nccl-dropin"
   meson test -C "$B" --no-rebuild --print-errorlogs $t > "$O/dropin-tests.log" 2>&1
   result tests $? "exports, nccl.h program, translation units ($(grep -c '^ *[0-9]*/[0-9]* .*OK' "$O/dropin-tests.log") ok)"
