@@ -158,7 +158,20 @@ if want single; then
     check_log "$O/single-$op.log" $rc || { bad=$((bad + 1)); echo "   single $op: rc $rc"; }
   done
   grep -h 'nccl: loaded\|ready: device\|engine runs this' "$O"/single-all_reduce.log | head -3 | sed 's/^/   /'
-  result single $bad "7 ops, 1 process on GPU 0, -c 1, 8 B..$MAX ($bad failing)"
+  # Every reduction (sum prod max min avg, and mulsum = ncclRedOpCreatePreMulSum:
+  # the drop-in's scaling kernel) on every datatype flagcx reduces, and
+  # float8 moved by allgather.
+  for dt in int8 uint8 int32 uint32 int64 uint64 half float double bfloat16; do
+    dropin_env timeout 60 "$NT/all_reduce_perf" -b 8 -e 1M -f 8 -g 1 -c 1 -n 3 -w 1 -o all -d $dt \
+      > "$O/single-ops-$dt.log" 2>&1
+    rc=$?
+    check_log "$O/single-ops-$dt.log" $rc || { bad=$((bad + 1)); echo "   single all_reduce -o all -d $dt: rc $rc"; }
+  done
+  dropin_env timeout 60 "$NT/all_gather_perf" -b 8 -e 1M -f 8 -g 1 -c 1 -n 3 -w 1 -d f8e4m3 \
+    > "$O/single-f8-allgather.log" 2>&1
+  rc=$?
+  check_log "$O/single-f8-allgather.log" $rc || { bad=$((bad + 1)); echo "   single all_gather f8e4m3: rc $rc"; }
+  result single $bad "7 ops 8 B..$MAX, all_reduce x 6 ops x 10 types, fp8 allgather; 1 process, GPU 0, -c 1 ($bad failing)"
 fi
 
 # ---- time per call at one rank: real NCCL vs the drop-in ----
