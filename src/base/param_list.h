@@ -41,7 +41,7 @@ X(DATA_DIR, Str, "", "where the shipped algos/ and config/ live (default: found 
 // Heterogeneous communicators
 X(USE_HETERO_COMM, Int, "0", "1: route every operation through the flagcx engine, even on homogeneous communicators")
 X(CLUSTER_SPLIT_LIST, Str, "", "split consecutive ranks into clusters of these sizes, e.g. 2,2 (default: by device kind)")
-X(NCCL_LIB, Str, "libnccl.so.2", "path or name of the NCCL library loaded at run time")
+X(NCCL_LIB, Str, "libnccl.so.2", "path or name of the NCCL library loaded at run time (under the NCCL drop-in: a path to NVIDIA's)")
 
 // Reliability
 X(FLIGHT_RECORDER_SIZE, Int, "64", "operations kept in each communicator's flight recorder")

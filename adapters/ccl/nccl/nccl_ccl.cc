@@ -12,8 +12,9 @@
 // - Streams: a flagcxStream_t of the CUDA adapter carries its cudaStream_t;
 //   NULL is the legacy default stream, and a call on it outside a group waits
 //   for completion (a NULL stream means "now" throughout flagcx).
-// - Gather, Scatter, AlltoAll and AlltoAllv are grouped ncclSend/ncclRecv
-//   (the rank's own block is a device copy on the same stream); Barrier is a
+// - Gather, Scatter and AlltoAll call NCCL's own when it has them (2.28+);
+//   otherwise they, and AlltoAllv, are grouped ncclSend/ncclRecv (the rank's
+//   own block is a device copy on the same stream); Barrier is a
 //   one-element allreduce on a small device buffer.
 #include <dlfcn.h>
 #include <nccl.h>
@@ -54,6 +55,10 @@ struct Nccl {
   NCCL_FN(ncclRecv);
   NCCL_FN(ncclGroupStart);
   NCCL_FN(ncclGroupEnd);
+  // Optional (NCCL 2.28+): native gather/scatter/alltoall, used when present.
+  NCCL_FN(ncclGather);
+  NCCL_FN(ncclScatter);
+  NCCL_FN(ncclAlltoAll);
 #undef NCCL_FN
 };
 
@@ -64,10 +69,29 @@ Nccl *loadNccl() {
   static std::once_flag once;
   std::call_once(once, [] {
     const std::string &path = paramStr(Param::NCCL_LIB);
-    n.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // flagcx's NCCL drop-in (plugins/nccl) is a libnccl.so.2 too, marked by
+    // the symbol flagcxNcclDropin.  When it is in the process (LD_PRELOAD, or
+    // an application linked to it), dlopen by name returns it, and passing
+    // through to it would recurse: only a path to another file can name the
+    // real NCCL.  That one is loaded with RTLD_DEEPBIND because NCCL calls its
+    // own exported functions through the PLT (ncclBroadcast, ncclMemFree, …),
+    // which would otherwise bind to the drop-in's.
+    const char *kMarker = "flagcxNcclDropin";
+    int flags = RTLD_NOW | RTLD_LOCAL;
+    if (dlsym(RTLD_DEFAULT, kMarker)) flags |= RTLD_DEEPBIND;
+    n.lib = dlopen(path.c_str(), flags);
     if (!n.lib) {
       const char *e = dlerror();
       n.error = "dlopen(" + path + "): " + (e ? e : "unknown error");
+      g_loadError = n.error;
+      return;
+    }
+    if (dlsym(n.lib, kMarker)) {
+      // Not closed: the drop-in stays loaded for the application anyway.
+      n.lib = nullptr;
+      n.error = "FLAGCX_NCCL_LIB=" + path +
+                " is flagcx's NCCL drop-in, not NCCL (would recurse); set FLAGCX_NCCL_LIB to "
+                "the path of NVIDIA's libnccl.so.2 to use NCCL under the drop-in";
       g_loadError = n.error;
       return;
     }
@@ -97,6 +121,9 @@ Nccl *loadNccl() {
     NCCL_SYM(ncclGroupStart);
     NCCL_SYM(ncclGroupEnd);
 #undef NCCL_SYM
+    n.ncclGather = reinterpret_cast<decltype(n.ncclGather)>(dlsym(n.lib, "ncclGather"));
+    n.ncclScatter = reinterpret_cast<decltype(n.ncclScatter)>(dlsym(n.lib, "ncclScatter"));
+    n.ncclAlltoAll = reinterpret_cast<decltype(n.ncclAlltoAll)>(dlsym(n.lib, "ncclAlltoAll"));
     if (!ok) {
       n.error = path + ": " + n.error;
       dlclose(n.lib);
@@ -203,6 +230,10 @@ class NcclCcl final : public CclAdapter {
         r = n_->ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclInt32, ncclSum, nc_, s);
         break;
       case OpKind::Gather: {
+        if (n_->ncclGather) {
+          r = n_->ncclGather(a.send, a.recv, a.count, dt, a.root, nc_, s);
+          break;
+        }
         const size_t blk = a.count * ts;
         FLAGCX_CHECK(groupStart());
         if (me == a.root) {
@@ -217,6 +248,10 @@ class NcclCcl final : public CclAdapter {
         break;
       }
       case OpKind::Scatter: {
+        if (n_->ncclScatter) {
+          r = n_->ncclScatter(a.send, a.recv, a.count, dt, a.root, nc_, s);
+          break;
+        }
         const size_t blk = a.count * ts;
         FLAGCX_CHECK(groupStart());
         if (me == a.root) {
@@ -231,6 +266,10 @@ class NcclCcl final : public CclAdapter {
         break;
       }
       case OpKind::AlltoAll: {
+        if (n_->ncclAlltoAll) {
+          r = n_->ncclAlltoAll(a.send, a.recv, a.count, dt, nc_, s);
+          break;
+        }
         const size_t blk = a.count * ts;
         FLAGCX_CHECK(groupStart());
         for (int p = 0; p < n && r == ncclSuccess; p++) {
