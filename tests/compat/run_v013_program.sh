@@ -16,9 +16,13 @@ libs=$(pkg-config --libs flagcx)
 case "$cflags $libs" in *"$stage"*) ;; *) echo "pkg-config does not point into the stage: $cflags $libs"; exit 1 ;; esac
 libdir=$(pkg-config --variable=libdir flagcx)  # already inside the stage (sysroot)
 datadir=$(dirname "$(find "$stage" -type d -path '*/share/flagcx' | head -n1)")/flagcx
+# A sanitized library (tools/check.sh --asan) needs its runtime loaded first:
+# build the programs with the same sanitizers.
+san=
+if ldd "$libdir/libflagcx.so" | grep -q libasan; then san="-fsanitize=address,undefined"; fi
 # -Werror: a call that does not match the header is an error, not a warning.
-${CC:-cc} -std=c11 -Wall -Wextra -Werror $cflags "$src/v013_program.c" -o "$stage/v013_c" $libs
-${CXX:-c++} -std=c++17 -Wall -Wextra -Werror $cflags "$src/v013_headers.cc" -o "$stage/v013_cxx" $libs
+${CC:-cc} -std=c11 -Wall -Wextra -Werror $san $cflags "$src/v013_program.c" -o "$stage/v013_c" $libs
+${CXX:-c++} -std=c++17 -Wall -Wextra -Werror $san $cflags "$src/v013_headers.cc" -o "$stage/v013_cxx" $libs
 export LD_LIBRARY_PATH=$libdir  # only the staged copy, not the build tree
 export FLAGCX_DEVICE=host FLAGCX_DATA_DIR=$datadir FLAGCX_TIMEOUT=60 FLAGCX_DEBUG=NONE
 ldd "$stage/v013_c" | grep -q "$stage" || { echo "the program does not load the staged libflagcx"; exit 1; }
