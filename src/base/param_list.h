@@ -9,7 +9,7 @@
 //
 // XCHECK(NAME, SPEC) right after a variable: what values it accepts, checked
 // when the environment is read (base/params.cc).  SPEC is "MIN..MAX" (either
-// end may be left out) for Int, "A|B|C" (case-insensitive) for Str, or
+// end may be left out) or a single value, alternatives joined by |, for Int; "A|B|C" (case-insensitive) for Str, or
 // "list:A|B|C" for a comma list of those names (a leading ^ allowed).  A
 // value outside draws one WARN naming the variable, the value given and the
 // value used instead (the default; for a list, the names it knows).
@@ -42,10 +42,10 @@ X(IPC_DISABLE, Int, "0", "1: device buffers of same-host ranks go through host s
 XCHECK(IPC_DISABLE, "0..1")
 X(SHM_PULL, Int, "0", "0: same-host messages always go through the shm ring (faster, see docs/PERFORMANCE.md); 1: messages >= 64 KiB are read straight from the sender's buffer (process_vm_readv)")
 XCHECK(SHM_PULL, "0..1")
-X(SOCKET_NTHREADS, Int, "1", "socket transport: progress threads per peer connection set")
-XCHECK(SOCKET_NTHREADS, "1..16")
-X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress thread")
-XCHECK(NSOCKS_PERTHREAD, "1..16")
+X(SOCKET_NTHREADS, Int, "1", "socket transport: progress threads per peer connection set (FlagCX's -2, auto, means 1)")
+XCHECK(SOCKET_NTHREADS, "1..16|-2")
+X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress thread (FlagCX's -2, auto, means 1)")
+XCHECK(NSOCKS_PERTHREAD, "1..16|-2")
 X(NET_CHUNK_SIZE, Int, "524288", "bytes of a pipeline slice for large messages")
 XCHECK(NET_CHUNK_SIZE, "4096..1073741824")
 X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")

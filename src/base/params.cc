@@ -79,13 +79,20 @@ std::vector<std::string> splitOn(const std::string &s, char sep) {
   }
 }
 
-// "MIN..MAX" with either end optional.
+// "MIN..MAX" (either end optional) or a single value; alternatives joined by |.
 bool inRange(const std::string &spec, int64_t v) {
-  size_t dots = spec.find("..");
-  int64_t lo = INT64_MIN, hi = INT64_MAX;
-  if (dots > 0) parseInt(spec.substr(0, dots).c_str(), &lo);
-  if (dots + 2 < spec.size()) parseInt(spec.substr(dots + 2).c_str(), &hi);
-  return v >= lo && v <= hi;
+  for (const std::string &alt : splitOn(spec, '|')) {
+    size_t dots = alt.find("..");
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    if (dots == std::string::npos) {
+      if (parseInt(alt.c_str(), &lo) && v == lo) return true;
+      continue;
+    }
+    if (dots > 0) parseInt(alt.substr(0, dots).c_str(), &lo);
+    if (dots + 2 < alt.size()) parseInt(alt.substr(dots + 2).c_str(), &hi);
+    if (v >= lo && v <= hi) return true;
+  }
+  return false;
 }
 
 void warnNote(Values *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -111,12 +111,19 @@ TEST_F(ParamsTest, OutOfRangeValuesWarnAndUseTheDefault) {
     EXPECT_EQ(found, 1) << c.name << "=" << c.given;
     unsetenv(c.name);
   }
+  setenv("FLAGCX_SOCKET_NTHREADS", "-2", 1);  // FlagCX's "auto" is accepted
   setenv("FLAGCX_DEBUG", "info", 1);  // any case
   setenv("FLAGCX_DEBUG_SUBSYS", "^GRAPH,NET", 1);  // FlagCX's names are accepted
   paramsReload();
   EXPECT_EQ(paramStr(Param::DEBUG), "info");
   EXPECT_EQ(paramStr(Param::DEBUG_SUBSYS), "^GRAPH,NET");
+  EXPECT_EQ(paramInt(Param::SOCKET_NTHREADS), -2);
   EXPECT_TRUE(paramsNotes().empty());
+  setenv("FLAGCX_SOCKET_NTHREADS", "-1", 1);
+  paramsReload();
+  EXPECT_EQ(paramInt(Param::SOCKET_NTHREADS), 1);
+  EXPECT_EQ(paramsNotes().size(), 1u);
+  unsetenv("FLAGCX_SOCKET_NTHREADS");
   unsetenv("FLAGCX_DEBUG");
   unsetenv("FLAGCX_DEBUG_SUBSYS");
 }
