@@ -30,10 +30,12 @@ struct Checks {
   }
 };
 constexpr Checks kChecks;
+constexpr const char *checkOf(Param p) {
+  return kChecks.spec[static_cast<int>(p)] ? kChecks.spec[static_cast<int>(p)] : "";
+}
 
 constexpr ParamInfo kInfo[] = {
-#define X(name, kind, def, doc) \
-  {"FLAGCX_" #name, #kind, def, doc, kChecks.spec[static_cast<int>(Param::name)] ? kChecks.spec[static_cast<int>(Param::name)] : ""},
+#define X(name, kind, def, doc) {"FLAGCX_" #name, #kind, def, doc, checkOf(Param::name)},
 #define XCHECK(name, spec)
 #include "base/param_list.h"
 #undef X
@@ -118,8 +120,8 @@ std::string checkStr(Values *v, const ParamInfo &pi, const std::string &given) {
   };
   if (!list) {
     if (known(given)) return given;
-    std::string shown = spec;
-    for (auto &c : shown) c = c == '|' ? ',' : c;
+    std::string shown;
+    for (const auto &n : names) shown += (shown.empty() ? "" : ", ") + (n.empty() ? "(empty)" : n);
     warnNote(v, "%s=\"%s\" is not one of %s; using \"%s\"", pi.name, given.c_str(),
              shown.c_str(), pi.def);
     return pi.def;
