@@ -97,6 +97,20 @@ bool inRange(const std::string &spec, int64_t v) {
   return false;
 }
 
+// "1..|-2" as "1 or more, or -2".
+std::string rangeText(const std::string &spec) {
+  std::string out;
+  for (const std::string &alt : splitOn(spec, '|')) {
+    size_t dots = alt.find("..");
+    std::string t = dots == std::string::npos ? alt
+                    : dots + 2 == alt.size()  ? alt.substr(0, dots) + " or more"
+                    : dots == 0               ? alt.substr(2) + " or less"
+                                              : alt.substr(0, dots) + " to " + alt.substr(dots + 2);
+    out += (out.empty() ? "" : ", or ") + t;
+  }
+  return out;
+}
+
 void warnNote(Values *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void warnNote(Values *v, const char *fmt, ...) {
   char buf[512];
@@ -162,7 +176,8 @@ Values *load() {
           warnNote(v, "%s=\"%s\" is not an integer; using %s", pi.name, env, pi.def);
           v->str[i] = pi.def;
         } else if (*pi.check && !inRange(pi.check, parsed)) {
-          warnNote(v, "%s=%s is outside %s; using %s", pi.name, env, pi.check, pi.def);
+          warnNote(v, "%s=%s is not accepted (%s); using %s", pi.name, env,
+                   rangeText(pi.check).c_str(), pi.def);
           v->str[i] = pi.def;
         } else {
           n = parsed;
