@@ -46,39 +46,60 @@ bool commIsLive(const flagcxComm *comm) {
   return g_live.count(comm) != 0 && comm->magic == flagcxComm::kMagic;
 }
 
-// Clusters of ranks: by device kind (in order of first appearance), or the
-// sizes of FLAGCX_CLUSTER_SPLIT_LIST over consecutive ranks.  The list must
-// add up to nranks and be the same on every rank (checked collectively).
+// Clusters of ranks: one per device kind, in order of first appearance.
+// FLAGCX_CLUSTER_SPLIT_LIST=k0,k1,... (FlagCX's meaning) then splits the c-th
+// of those into k_c sub-clusters of its ranks taken in rank order: each of
+// size/k_c ranks, the last one taking the remainder (so "2" turns 8 ranks of
+// one kind into 2 x 4, and 5 into 2 + 3).  The list needs one entry per
+// device-kind cluster, each a whole number from 1 to that cluster's size,
+// and must be the same on every rank (checked collectively, so that a bad
+// list fails the init everywhere instead of hanging some ranks).
 static flagcxResult_t assignClusters(flagcxComm *comm) {
   int n = comm->nranks;
   const auto &peers = comm->bs->peers();
-  comm->clusterOf.assign(static_cast<size_t>(n), 0);
+  std::vector<int> kinds;  // device kind of each device-kind cluster
+  std::vector<int> kindOf(static_cast<size_t>(n));
+  for (int r = 0; r < n; r++) {
+    int k = peers[static_cast<size_t>(r)].deviceKind;
+    auto it = std::find(kinds.begin(), kinds.end(), k);
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), k);
+    kindOf[static_cast<size_t>(r)] = static_cast<int>(it - kinds.begin());
+  }
+  std::vector<int> members(kinds.size(), 0);
+  for (int r = 0; r < n; r++) members[static_cast<size_t>(kindOf[static_cast<size_t>(r)])]++;
+
   const std::string &list = paramStr(Param::CLUSTER_SPLIT_LIST);
-  uint64_t mine = 0;  // 0: no list
+  std::vector<int> split(kinds.size(), 1);
   std::string bad;
   if (!list.empty()) {
-    std::vector<int> sizes;
+    std::vector<int> items;
     size_t pos = 0;
-    while (pos <= list.size() && bad.empty()) {
+    while (bad.empty()) {
       size_t comma = list.find(',', pos);
       std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      size_t c = items.size();
+      int most = c < members.size() ? members[c] : n;
       char *end = nullptr;
-      long v = strtol(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v <= 0 || v > n) bad = "'" + item + "' is not a size in 1.." + std::to_string(n);
-      else sizes.push_back(static_cast<int>(v));
+      long v = item.empty() ? 0 : strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0')
+        bad = "'" + item + "' is not a number of sub-clusters";
+      else if (v < 1)
+        bad = "'" + item + "': a cluster splits into at least 1 sub-cluster";
+      else if (v > most)
+        bad = "'" + item + "' sub-clusters for cluster " + std::to_string(c) + " of " +
+              std::to_string(most) + " rank(s): more sub-clusters than ranks";
+      else
+        items.push_back(static_cast<int>(v));
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
-    int sum = 0;
-    for (int v : sizes) sum += v;
-    if (bad.empty() && sum != n)
-      bad = "the sizes add up to " + std::to_string(sum) + ", not to the " + std::to_string(n) + " ranks";
-    int r = 0;
-    for (size_t c = 0; bad.empty() && c < sizes.size(); c++)
-      for (int k = 0; k < sizes[c]; k++) comm->clusterOf[static_cast<size_t>(r++)] = static_cast<int>(c);
-    mine = fnv1a("clusters:" + list);
-    if (!bad.empty()) mine = 1;  // never equal to a valid list's hash on another rank
+    if (bad.empty() && items.size() != kinds.size())
+      bad = "it has " + std::to_string(items.size()) + " entries, one per device-kind cluster is " +
+            "needed and this communicator has " + std::to_string(kinds.size());
+    if (bad.empty()) split = items;
   }
+  // Every rank's list (hashed; 1 for a list this rank found bad) must agree.
+  uint64_t mine = list.empty() ? 0 : bad.empty() ? fnv1a("clusters:" + list) : 1;
   std::vector<uint64_t> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm->rank)] = mine;
   FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(uint64_t)));
@@ -90,19 +111,22 @@ static flagcxResult_t assignClusters(flagcxComm *comm) {
       return argError(flagcxInvalidArgument, kInit, "rank %d: FLAGCX_CLUSTER_SPLIT_LIST differs "
                       "between ranks (rank %d has another value than this rank's '%s')",
                       comm->rank, r, list.c_str());
-  if (list.empty()) {
-    std::vector<int> kinds;  // device kind of each cluster
-    for (int r = 0; r < n; r++) {
-      int k = peers[static_cast<size_t>(r)].deviceKind;
-      auto it = std::find(kinds.begin(), kinds.end(), k);
-      if (it == kinds.end()) it = kinds.insert(kinds.end(), k);
-      comm->clusterOf[static_cast<size_t>(r)] = static_cast<int>(it - kinds.begin());
-    }
+
+  std::vector<int> first(kinds.size(), 0);  // id of each device-kind cluster's first sub-cluster
+  for (size_t c = 1; c < kinds.size(); c++) first[c] = first[c - 1] + split[c - 1];
+  std::vector<int> seen(kinds.size(), 0);
+  comm->clusterOf.assign(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; r++) {
+    size_t c = static_cast<size_t>(kindOf[static_cast<size_t>(r)]);
+    int per = members[c] / split[c];
+    int sub = std::min(seen[c]++ / per, split[c] - 1);
+    comm->clusterOf[static_cast<size_t>(r)] = first[c] + sub;
   }
-  comm->nclusters = 1 + *std::max_element(comm->clusterOf.begin(), comm->clusterOf.end());
+  comm->nclusters = first.back() + split.back();
   if (comm->nclusters > 1) comm->homogeneous = false;
-  INFO(kInit, "rank %d: %d cluster(s)%s; this rank is in cluster %d", comm->rank, comm->nclusters,
-       list.empty() ? " by device kind" : " from FLAGCX_CLUSTER_SPLIT_LIST",
+  INFO(kInit, "rank %d: %d cluster(s) (%zu device kind(s)%s); this rank is in cluster %d",
+       comm->rank, comm->nclusters, kinds.size(),
+       list.empty() ? "" : ", split by FLAGCX_CLUSTER_SPLIT_LIST",
        comm->clusterOf[static_cast<size_t>(comm->rank)]);
   return flagcxSuccess;
 }

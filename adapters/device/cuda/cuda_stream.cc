@@ -49,6 +49,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "adapters/device/handle_checks.h"
 #include "cuda_internal.h"
 
 namespace flagcx::cuda {
@@ -532,10 +533,7 @@ flagcxResult_t streamWaitEvent(flagcxStream_t stream, flagcxEvent_t event) {
 // ---- events ----
 
 flagcxResult_t eventCreate(flagcxEvent_t *event, flagcxEventType_t type) {
-  if (!event) return argError(flagcxInvalidArgument, kInit, "eventCreate: event is NULL");
-  if (type != flagcxEventDefault && type != flagcxEventDisableTiming)
-    return argError(flagcxInvalidArgument, kInit, "eventCreate: invalid event type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkEventCreateArgs(event, type));
   auto *e = new (std::nothrow) Event();
   if (!e) return argError(flagcxSystemError, kInit, "eventCreate: out of memory");
   e->timing = type == flagcxEventDefault;

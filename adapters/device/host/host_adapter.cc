@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
+#include "adapters/device/handle_checks.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "host_memory.h"
@@ -75,12 +76,7 @@ flagcxResult_t hDeviceSynchronize() {
 
 flagcxResult_t hDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType_t type,
                              flagcxStream_t stream) {
-  if (size && (!dst || !src))
-    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: %s is NULL", dst ? "src" : "dst");
-  if (type != flagcxMemcpyHostToDevice && type != flagcxMemcpyDeviceToHost &&
-      type != flagcxMemcpyDeviceToDevice)
-    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: invalid copy type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkMemcpyArgs(dst, src, size, type));
   Entry e{};
   e.kind = Entry::Copy;
   e.copy = {dst, src, size};
@@ -89,7 +85,7 @@ flagcxResult_t hDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType
 
 flagcxResult_t hDeviceMemset(void *ptr, int value, size_t size, flagcxMemType_t type,
                              flagcxStream_t stream) {
-  if (size && !ptr) return argError(flagcxInvalidArgument, kInit, "deviceMemset: ptr is NULL");
+  FLAGCX_CHECK(checkMemsetArgs(ptr, size));
   Entry e{};
   e.kind = Entry::Set;
   e.set.dst = ptr;
@@ -126,25 +122,25 @@ flagcxResult_t hSetDevice(int dev) {
 }
 
 flagcxResult_t hGetDevice(int *dev) {
-  if (!dev) return argError(flagcxInvalidArgument, kInit, "getDevice: dev is NULL");
+  FLAGCX_CHECK(checkOutArg("getDevice", "dev", dev));
   *dev = 0;
   return flagcxSuccess;
 }
 
 flagcxResult_t hGetDeviceCount(int *count) {
-  if (!count) return argError(flagcxInvalidArgument, kInit, "getDeviceCount: count is NULL");
+  FLAGCX_CHECK(checkOutArg("getDeviceCount", "count", count));
   *count = 1;
   return flagcxSuccess;
 }
 
 flagcxResult_t hGetVendor(char *vendor) {
-  if (!vendor) return argError(flagcxInvalidArgument, kInit, "getVendor: vendor is NULL");
+  FLAGCX_CHECK(checkOutArg("getVendor", "vendor", vendor));
   memcpy(vendor, "host", 5);
   return flagcxSuccess;
 }
 
 flagcxResult_t hHostGetDevicePointer(void **pDevice, void *pHost) {
-  if (!pDevice) return argError(flagcxInvalidArgument, kInit, "hostGetDevicePointer: pDevice is NULL");
+  FLAGCX_CHECK(checkOutArg("hostGetDevicePointer", "pDevice", pDevice));
   *pDevice = pHost;
   return flagcxSuccess;
 }
@@ -210,10 +206,7 @@ flagcxResult_t hStreamWaitEvent(flagcxStream_t stream, flagcxEvent_t event) {
 }
 
 flagcxResult_t hEventCreate(flagcxEvent_t *event, flagcxEventType_t type) {
-  if (!event) return argError(flagcxInvalidArgument, kInit, "eventCreate: event is NULL");
-  if (type != flagcxEventDefault && type != flagcxEventDisableTiming)
-    return argError(flagcxInvalidArgument, kInit, "eventCreate: invalid event type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkEventCreateArgs(event, type));
   return host::eventCreate(event, type == flagcxEventDefault);
 }
 
@@ -239,6 +232,14 @@ flagcxResult_t hEventQuery(flagcxEvent_t event) {
   return host::eventQuery(event);
 }
 
+// As cudaEventElapsedTime: flagcxInProgress while either event is pending.
+flagcxResult_t hEventElapsedTime(float *ms, flagcxEvent_t start, flagcxEvent_t end) {
+  FLAGCX_CHECK(checkElapsedArgs(ms, start, end));
+  CHECK_EVENT("eventElapsedTime", start);
+  CHECK_EVENT("eventElapsedTime", end);
+  return hostEventElapsedMs(start, end, ms);
+}
+
 flagcxResult_t hIpcFree(flagcxIpcMemHandle_t handle) {
   if (!handle) return flagcxSuccess;
   return host::ipcFree(handle);
@@ -250,21 +251,10 @@ flagcxDeviceHandle g_table = {
     hGetVendor,         hHostGetDevicePointer,                 hStreamCreate,
     hStreamDestroy,     hStreamCopy,       hStreamFree,        hStreamSynchronize,
     hStreamQuery,       hStreamWaitEvent,  hEventCreate,       hEventDestroy,
-    hEventRecord,       hEventSynchronize, hEventQuery,        host::ipcCreate,
-    host::ipcGet,       host::ipcOpen,     host::ipcClose,     hIpcFree,
+    hEventRecord,       hEventSynchronize, hEventQuery,        hEventElapsedTime,
+    host::ipcCreate,    host::ipcGet,      host::ipcOpen,      host::ipcClose,
+    hIpcFree,
 };
-
-bool validReduceArgs(const char *fn, flagcxDataType_t dtype, flagcxRedOp_t op, flagcxResult_t *r) {
-  if (static_cast<unsigned>(dtype) >= flagcxNumTypes) {
-    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid datatype %d", fn, static_cast<int>(dtype));
-    return false;
-  }
-  if (static_cast<unsigned>(op) >= flagcxRedNoOp) {
-    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid reduction op %d", fn, static_cast<int>(op));
-    return false;
-  }
-  return true;
-}
 
 class HostAdapter final : public DeviceAdapter {
  public:
@@ -275,8 +265,7 @@ class HostAdapter final : public DeviceAdapter {
   flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,
                         flagcxDataType_t dtype, flagcxRedOp_t op, flagcxStream_t stream) override {
     if (!stream) return hostReduce(dst, a, b, count, dtype, op);
-    flagcxResult_t r;
-    if (!validReduceArgs("reduce", dtype, op, &r)) return r;
+    FLAGCX_CHECK(checkReduceArgs("reduce", dtype, op));
     CHECK_STREAM("reduce", stream);
     Entry e{};
     e.kind = Entry::Reduce;
@@ -287,8 +276,7 @@ class HostAdapter final : public DeviceAdapter {
   flagcxResult_t divide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                         uint64_t divisor, flagcxStream_t stream) override {
     if (!stream) return hostDivide(dst, src, count, dtype, divisor);
-    flagcxResult_t r;
-    if (!validReduceArgs("divide", dtype, flagcxSum, &r)) return r;
+    FLAGCX_CHECK(checkReduceArgs("divide", dtype, flagcxSum));
     if (divisor == 0) return argError(flagcxInvalidArgument, kColl, "divide: divisor is 0");
     CHECK_STREAM("divide", stream);
     Entry e{};
