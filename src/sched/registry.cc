@@ -223,4 +223,14 @@ Script *ScriptCache::get(const AlgoInfo &a, std::string *err) {
   return scripts_.back().second.get();
 }
 
+std::unique_ptr<Script> ScriptCache::take(const AlgoInfo &a) {
+  for (auto it = scripts_.begin(); it != scripts_.end(); ++it) {
+    if (it->first != &a) continue;
+    std::unique_ptr<Script> s = std::move(it->second);
+    scripts_.erase(it);
+    return s;
+  }
+  return nullptr;
+}
+
 }  // namespace flagcx

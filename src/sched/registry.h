@@ -54,6 +54,9 @@ class ScriptCache {
   // Loads the script and checks that it declares the op and name it is
   // registered under.
   Script *get(const AlgoInfo &a, std::string *err);
+  // Hands a loaded script over to the caller (nullptr when not loaded); a
+  // later get() loads it again.
+  std::unique_ptr<Script> take(const AlgoInfo &a);
 
  private:
   const Registry &reg_;
