@@ -6,75 +6,83 @@
 namespace flagcx {
 
 namespace {
+using Run = ContribSet::Run;
+
 // Appends [lo, hi) x mult, joining it to the last run when they meet.
-void push(std::vector<ContribSet::Run> *out, uint64_t lo, uint64_t hi, uint32_t mult) {
+void push(std::vector<Run> *out, uint64_t lo, uint64_t hi, uint32_t mult) {
   if (lo >= hi || mult == 0) return;
-  if (!out->empty() && out->back().hi == lo && out->back().mult == mult) {
-    out->back().hi = hi;
+  if (!out->empty() && out->back().hi() == lo && out->back().mult == mult &&
+      out->back().len + (hi - lo) <= UINT32_MAX) {
+    out->back().len += static_cast<uint32_t>(hi - lo);
     return;
   }
-  out->push_back({lo, hi, mult});
+  out->push_back({lo, static_cast<uint32_t>(hi - lo), mult});
 }
 
-// Walks the pieces of two run lists: f(lo, hi, multA, multB) for every
-// stretch where both multiplicities are constant and one is non-zero.
+// Walks two run lists: f(lo, hi, multA, multB) for every stretch where both
+// multiplicities are constant and one is non-zero, in order.
 template <class F>
-void sweep(const std::vector<ContribSet::Run> &a, const std::vector<ContribSet::Run> &b, F f) {
+void sweep(const Run *a, size_t na, const Run *b, size_t nb, F f) {
   size_t i = 0, j = 0;
   uint64_t pos = 0;
-  while (i < a.size() || j < b.size()) {
+  while (i < na || j < nb) {
     uint64_t next = UINT64_MAX;
-    if (i < a.size()) next = std::min(next, std::max(pos, a[i].lo));
-    if (j < b.size()) next = std::min(next, std::max(pos, b[j].lo));
+    if (i < na) next = std::min(next, std::max(pos, a[i].lo));
+    if (j < nb) next = std::min(next, std::max(pos, b[j].lo));
     pos = next;  // the next item some run holds
-    bool inA = i < a.size() && a[i].lo <= pos, inB = j < b.size() && b[j].lo <= pos;
+    bool inA = i < na && a[i].lo <= pos, inB = j < nb && b[j].lo <= pos;
     uint64_t end = UINT64_MAX;
-    if (inA) end = std::min(end, a[i].hi);
-    else if (i < a.size()) end = std::min(end, a[i].lo);
-    if (inB) end = std::min(end, b[j].hi);
-    else if (j < b.size()) end = std::min(end, b[j].lo);
+    if (i < na) end = std::min(end, inA ? a[i].hi() : a[i].lo);
+    if (j < nb) end = std::min(end, inB ? b[j].hi() : b[j].lo);
     f(pos, end, inA ? a[i].mult : 0u, inB ? b[j].mult : 0u);
     pos = end;
-    if (inA && a[i].hi == end) i++;
-    if (inB && b[j].hi == end) j++;
+    if (inA && a[i].hi() == end) i++;
+    if (inB && b[j].hi() == end) j++;
   }
 }
 }  // namespace
 
+void ContribSet::assign(const Run *r, uint32_t n) {
+  if (n <= 1) {
+    Run one = n ? r[0] : Run{};
+    release();
+    inl_.run = one;
+  } else {
+    Run *h = new Run[n];
+    std::copy(r, r + n, h);
+    release();
+    inl_.heap = h;
+    cap_ = n;
+  }
+  n_ = n;
+}
+
 ContribSet ContribSet::range(uint64_t lo, uint64_t hi) {
   ContribSet s;
-  push(&s.runs_, lo, hi, 1);
+  if (lo < hi) {
+    s.inl_.run = {lo, static_cast<uint32_t>(hi - lo), 1};
+    s.n_ = 1;
+  }
   return s;
 }
 
-void ContribSet::combine(const ContribSet &o, bool sum) {
-  if (o.runs_.empty()) return;
-  if (runs_.empty()) {
-    runs_ = o.runs_;
-    if (!sum)
-      for (Run &r : runs_) r.mult = 1;
-    return;
-  }
-  std::vector<Run> out;
-  out.reserve(runs_.size() + o.runs_.size());
-  sweep(runs_, o.runs_, [&](uint64_t lo, uint64_t hi, uint32_t a, uint32_t b) {
-    push(&out, lo, hi, sum ? a + b : 1u);
-  });
-  runs_.swap(out);
+bool ContribSet::operator==(const ContribSet &o) const {
+  return n_ == o.n_ && std::equal(begin(), end(), o.begin());
 }
 
-void ContribSet::add(const ContribSet &o) { combine(o, true); }
-void ContribSet::unite(const ContribSet &o) { combine(o, false); }
-
-bool ContribSet::contains(uint64_t item) const {
-  auto it = std::upper_bound(runs_.begin(), runs_.end(), item,
-                             [](uint64_t v, const Run &r) { return v < r.hi; });
-  return it != runs_.end() && it->lo <= item;
+void ContribSet::combine(const ContribSet &o, bool sum) {
+  if (o.n_ == 0) return;
+  thread_local std::vector<Run> out;
+  out.clear();
+  sweep(begin(), n_, o.begin(), o.n_, [&](uint64_t lo, uint64_t hi, uint32_t a, uint32_t b) {
+    push(&out, lo, hi, sum ? a + b : 1u);
+  });
+  assign(out.data(), static_cast<uint32_t>(out.size()));
 }
 
 ContribSet::Diff ContribSet::diff(const ContribSet &want, size_t max) const {
   Diff d;
-  sweep(runs_, want.runs_, [&](uint64_t lo, uint64_t hi, uint32_t got, uint32_t w) {
+  sweep(begin(), n_, want.begin(), want.n_, [&](uint64_t lo, uint64_t hi, uint32_t got, uint32_t w) {
     for (uint64_t x = lo; x < hi && got > w && d.extra.size() < max; x++) d.extra.push_back({x, w});
     for (uint64_t x = lo; x < hi && got < w && d.missing.size() < max; x++) d.missing.push_back(x);
   });

@@ -441,7 +441,7 @@ bool Script::cost(const Topo &t, double *steps, double *bytes, std::string *err)
 
 bool Script::buildRank(const Topo &t, int nchunks, int rank, RankSchedule *out,
                        std::string *err) {
-  out->steps.clear();
+  out->steps.clear();  // keeps what the caller reserved
   out->nstages = 0;
   BuildCtx c{op_, t.nranks, rank, t.ranksPerHost, nchunks, refMeta_,
              maxStepsPerRank(t.nranks, nchunks), out};
@@ -490,6 +490,8 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
   out->ranks.assign(count, RankSchedule{});
   for (int i = 0; i < count; i++) {
     int v = ((first + i - shift) % t.nranks + t.nranks) % t.nranks;
+    // Ranks of one schedule add about as many steps each.
+    if (i > 0) out->ranks[i].steps.reserve(out->ranks[i - 1].steps.size());
     if (!buildRank(t, nchunks, v, &out->ranks[i], &e)) {
       *err = where(*this, t, v) + e;
       return false;

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <unordered_map>
 
 #include "sched/contrib.h"
 #include "sched/ir_names.h"
@@ -46,7 +45,10 @@ class Verifier {
   std::vector<uint32_t> partner_;  // global index of the matching message step
   std::vector<std::vector<ChunkState>> st_;  // per rank: input, output, scratch chunks
   std::vector<ContribSet> heard_;            // barrier: per rank, ranks heard from
-  std::unordered_map<uint32_t, ChunkState> payload_;  // sends in flight, by global step
+  // Sends in flight: slot_[global step] indexes pool_; free slots are reused.
+  std::vector<uint32_t> slot_;
+  std::vector<ChunkState> pool_;
+  std::vector<uint32_t> freeSlots_;
 
   std::string head(int rank = -1, int step = -1) const {
     std::string h = std::string("verify ") + opName(s_.op) + "/" + s_.algo +
@@ -244,6 +246,11 @@ class Verifier {
       uint32_t g;
     };
     std::vector<Msg> sends, recvs;
+    size_t ns = 0;
+    for (int r = 0; r < n_; r++)
+      for (const Step &x : s_.ranks[r].steps) ns += x.kind == StepKind::Send;
+    sends.reserve(ns);
+    recvs.reserve(ns);
     for (int r = 0; r < n_; r++) {
       const auto &steps = s_.ranks[r].steps;
       for (size_t i = 0; i < steps.size(); i++) {
@@ -342,7 +349,7 @@ class Verifier {
 
   void initState() {
     st_.assign(n_, {});
-    payload_.clear();
+    slot_.assign(total(), 0);
     if (barrier()) {
       heard_.assign(n_, {});
       for (int r = 0; r < n_; r++) heard_[r] = ContribSet::one(r);
@@ -377,7 +384,16 @@ class Verifier {
       if (x.kind != StepKind::Send) continue;
       if (!barrier() && !chunk(r, x.src).valid)
         return fail(r, i, "sends " + refText(x.src) + " before anything was written to it");
-      payload_[base_[r] + i] = barrier() ? ChunkState{true, heard_[r]} : chunk(r, x.src);
+      uint32_t k;
+      if (freeSlots_.empty()) {
+        k = static_cast<uint32_t>(pool_.size());
+        pool_.emplace_back();
+      } else {
+        k = freeSlots_.back();
+        freeSlots_.pop_back();
+      }
+      slot_[base_[r] + i] = k;
+      pool_[k] = barrier() ? ChunkState{true, heard_[r]} : chunk(r, x.src);
     }
     return true;
   }
@@ -396,8 +412,8 @@ class Verifier {
         case StepKind::Send: break;
         case StepKind::Recv:
         case StepKind::RecvReduce: {
-          auto it = payload_.find(partner_[g]);
-          ChunkState &msg = it->second;
+          uint32_t k = slot_[partner_[g]];
+          ChunkState &msg = pool_[k];
           if (barrier()) {
             heard_[r].unite(msg.items);
           } else {
@@ -409,7 +425,8 @@ class Verifier {
               d.items.add(msg.items);
             }
           }
-          payload_.erase(it);  // delivered: each send meets one receive
+          msg.items.clear();  // delivered: each send meets one receive
+          freeSlots_.push_back(k);
           break;
         }
         case StepKind::Copy:
