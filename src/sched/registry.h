@@ -21,8 +21,7 @@ std::string dataDir();
 struct AlgoInfo {
   OpKind op = OpKind::Count;
   std::string name;
-  std::string path;     // the .lua file
-  std::string summary;  // one line, from registry.yaml or the script's description
+  std::string path;     // the .lua file (its `description` says what it does)
   bool user = false;    // from FLAGCX_ALGO_PATH
 };
 

@@ -172,15 +172,15 @@ std::vector<int> divisors(int n) {
 
 int cmdList() {
   Registry reg = loadRegistry();
-  std::printf("%-14s %-20s %-24s %-8s %s\n", "OP", "NAME", "REQUIRES", "SOURCE", "SUMMARY");
+  std::printf("%-14s %-20s %-24s %-8s %s\n", "OP", "NAME", "REQUIRES", "SOURCE", "DESCRIPTION");
   std::string err;
   int rc = 0;
   for (const AlgoInfo &a : reg.all()) {
     std::unique_ptr<Script> s;
-    std::string req = "?", summary = a.summary;
+    std::string req = "?", summary;
     if (Script::load(a.path, &s, &err)) {
       req = s->requirements();
-      if (summary.empty()) summary = s->description();
+      summary = s->description().empty() ? "-" : s->description();
     } else {
       summary = "BROKEN: " + err;
       rc = 1;
