@@ -1,4 +1,4 @@
-// flagcx-algo: list, verify, show, draw and cost the algorithm scripts.
+// flagcx-algo: list, verify, show, draw, cost and scale the algorithm scripts.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/params.h"
+#include "scale.h"
 #include "sched/ir_names.h"
 #include "sched/registry.h"
 #include "sched/script.h"
@@ -31,6 +32,8 @@ const char *kUsage =
     "                                        Graphviz DOT of the whole schedule\n"
     "  cost OP/NAME|OP --nranks N --bytes B [--ranks-per-host G] [--alpha S] [--beta S/B]\n"
     "                                        the alpha-beta estimate the tuner uses\n"
+    "  scale --nranks N[,M...] [--rank R] [--ranks-per-host G] [--csv]\n"
+    "                                        one rank's init compile time, memory and peers\n"
     "Scripts come from the shipped registry and FLAGCX_ALGO_PATH; a FILE is any .lua path.\n";
 
 struct Args {
@@ -40,6 +43,7 @@ struct Args {
   bool rootGiven = false;
   uint64_t bytes = 0;
   bool bytesGiven = false;
+  bool csv = false;
   double alpha = kDefaultAlpha, beta = kDefaultBeta;
 };
 
@@ -104,6 +108,7 @@ Args parse(int argc, char **argv) {
       a.bytesGiven = true;
     } else if (is("--alpha")) a.alpha = std::atof(val().c_str());
     else if (is("--beta")) a.beta = std::atof(val().c_str());
+    else if (s == "--csv") a.csv = true;
     else if (s == "-h" || s == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -365,6 +370,10 @@ int main(int argc, char **argv) {
   if (a.cmd == "show") return cmdShow(a);
   if (a.cmd == "dot") return cmdDot(a);
   if (a.cmd == "cost") return cmdCost(a);
+  if (a.cmd == "scale") {
+    if (a.nranks.empty()) die("scale needs --nranks N[,M...]");
+    return flagcx_algo::cmdScale(a.nranks, a.rank, a.rph, a.csv);
+  }
   if (a.cmd == "help" || a.cmd == "-h" || a.cmd == "--help") {
     std::fputs(kUsage, stdout);
     return 0;
