@@ -194,7 +194,7 @@ AlgoSet::Footprint AlgoSet::footprint() const {
     f.algorithms++;
     add(c.root0);
     for (const Schedule &s : c.slots) add(s);
-    if (c.script) f.luaBytes += c.script->luaBytes();
+    if (c.script) f.luaBytes += c.script->luaBytes() + c.script->bufferBytes();
   }
   return f;
 }

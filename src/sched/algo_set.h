@@ -90,8 +90,9 @@ class AlgoSet {
   std::vector<int> peers(OpKind op) const;
   std::vector<int> peers() const;
 
-  // What init kept: compiled steps, bytes of the step lists, bytes of the Lua
-  // states kept for rooted ops (flagcx-algo scale reports these).
+  // What init kept: compiled steps, bytes of the step lists, bytes of the
+  // scripts kept for rooted ops (Lua state and step buffer; flagcx-algo scale
+  // reports these).
   struct Footprint {
     size_t steps = 0, scheduleBytes = 0, luaBytes = 0;
     int algorithms = 0;

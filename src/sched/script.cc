@@ -490,16 +490,25 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
   out->ranks.assign(count, RankSchedule{});
   for (int i = 0; i < count; i++) {
     int v = ((first + i - shift) % t.nranks + t.nranks) % t.nranks;
-    // Ranks of one schedule add about as many steps each.
-    if (i > 0) out->ranks[i].steps.reserve(out->ranks[i - 1].steps.size());
-    if (!buildRank(t, nchunks, v, &out->ranks[i], &e)) {
+    // One rank: built in the kept buffer, copied out at its size.  Many:
+    // ranks of one schedule add about as many steps each.
+    RankSchedule one;
+    RankSchedule &rs = count == 1 ? one : out->ranks[i];
+    if (count == 1) one.steps.swap(buildBuf_);
+    else if (i > 0) rs.steps.reserve(out->ranks[i - 1].steps.size());
+    bool ok = buildRank(t, nchunks, v, &rs, &e);
+    if (count == 1) {
+      out->ranks[0].steps.assign(rs.steps.begin(), rs.steps.end());
+      out->ranks[0].nstages = rs.nstages;
+      buildBuf_.swap(one.steps);
+    }
+    if (!ok) {
       *err = where(*this, t, v) + e;
       return false;
     }
     if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i]);
   }
-  if (count == 1) out->ranks[0].steps.shrink_to_fit();
-  else lua_gc(L_, LUA_GCCOLLECT, 0);
+  if (count > 1) lua_gc(L_, LUA_GCCOLLECT, 0);
   return true;
 }
 

@@ -7,13 +7,15 @@
 // root 0.  One verified root-0 schedule thus stands for every root.
 //
 // Cost: compiling one rank runs its build once; time and memory are
-// proportional to the steps it adds (each step is a 28-byte Step; chunk
-// references are 8-byte userdata the Lua collector reclaims).
+// proportional to the steps it adds (each step is a 28-byte Step, built in a
+// buffer the script keeps and copied out at its size; chunk references are
+// 8-byte userdata the Lua collector reclaims).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sched/ir.h"
 #include "sched/sandbox.h"
@@ -71,6 +73,8 @@ class Script {
   bool readsRanksPerHost() const { return readsRph_; }
   // The script's Lua state: memory now and at its peak, in bytes.
   size_t luaBytes() const { return sb_->memoryBytes(); }
+  // The step buffer one-rank compiles build into (kept for the next one).
+  size_t bufferBytes() const { return buildBuf_.capacity() * sizeof(Step); }
   size_t luaPeakBytes() const { return sb_->peakMemoryBytes(); }
 
  private:
@@ -88,6 +92,7 @@ class Script {
   int tableRef_ = -1;
   int refMeta_ = -1;  // the metatable of chunk references
   bool readsRph_ = false;
+  std::vector<Step> buildBuf_;  // one-rank compiles: built here, copied out at size
   std::string path_, name_, description_, requirements_;
   OpKind op_ = OpKind::Count;
 };

@@ -32,7 +32,7 @@ const char *kUsage =
     "                                        Graphviz DOT of the whole schedule\n"
     "  cost OP/NAME|OP --nranks N --bytes B [--ranks-per-host G] [--alpha S] [--beta S/B]\n"
     "                                        the alpha-beta estimate the tuner uses\n"
-    "  scale --nranks N[,M...] [--rank R] [--ranks-per-host G] [--csv]\n"
+    "  scale --nranks N[,M...] [--rank R] [--ranks-per-host G] [--repeat K] [--csv]\n"
     "                                        one rank's init compile time, memory and peers\n"
     "Scripts come from the shipped registry and FLAGCX_ALGO_PATH; a FILE is any .lua path.\n";
 
@@ -44,6 +44,7 @@ struct Args {
   uint64_t bytes = 0;
   bool bytesGiven = false;
   bool csv = false;
+  int repeat = 3;
   double alpha = kDefaultAlpha, beta = kDefaultBeta;
 };
 
@@ -109,6 +110,7 @@ Args parse(int argc, char **argv) {
     } else if (is("--alpha")) a.alpha = std::atof(val().c_str());
     else if (is("--beta")) a.beta = std::atof(val().c_str());
     else if (s == "--csv") a.csv = true;
+    else if (is("--repeat")) a.repeat = toInt(val(), "--repeat");
     else if (s == "-h" || s == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -372,7 +374,7 @@ int main(int argc, char **argv) {
   if (a.cmd == "cost") return cmdCost(a);
   if (a.cmd == "scale") {
     if (a.nranks.empty()) die("scale needs --nranks N[,M...]");
-    return flagcx_algo::cmdScale(a.nranks, a.rank, a.rph, a.csv);
+    return flagcx_algo::cmdScale(a.nranks, a.rank, a.rph, a.repeat, a.csv);
   }
   if (a.cmd == "help" || a.cmd == "-h" || a.cmd == "--help") {
     std::fputs(kUsage, stdout);

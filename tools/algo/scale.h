@@ -5,8 +5,9 @@
 namespace flagcx_algo {
 
 // Simulates (no processes) what communicator init does on `rank` of each N
-// in `nranks`, with ranksPerHost ranks per host.  Prints a table per N, or
-// with `csv` one line per algorithm and per init.  Returns the exit status.
-int cmdScale(const std::vector<int> &nranks, int rank, int ranksPerHost, bool csv);
+// in `nranks`, with ranksPerHost ranks per host, timing the best of `repeat`
+// runs.  Prints a table per N, or with `csv` one line per algorithm and per
+// init.  Returns the exit status.
+int cmdScale(const std::vector<int> &nranks, int rank, int ranksPerHost, int repeat, bool csv);
 
 }  // namespace flagcx_algo
