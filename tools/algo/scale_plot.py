@@ -2,8 +2,11 @@
 """Plot `flagcx-algo scale --csv`: one rank's init cost against nranks.
 
 usage: /usr/bin/python3 tools/algo/scale_plot.py scale.csv -o docs/scale.png
-       [--title T]
+       [--title T] [--run build/tools/flagcx-algo [--nranks 64,128,...]]
        /usr/bin/python3 tools/algo/scale_plot.py scale.csv --table
+
+--run first measures: one `flagcx-algo scale --nranks N --csv` process per N
+(so that no size reuses memory another freed), written to scale.csv.
 
 Left: init time (wall and CPU of AlgoSet::create) with the steps it compiled
 (thousands), on log-log axes, so O(steps) growth shows as parallel lines.
@@ -13,6 +16,7 @@ docs/SCALE.md instead.  Needs Debian's python3-matplotlib.
 """
 import argparse
 import csv
+import subprocess
 import sys
 
 import matplotlib
@@ -33,6 +37,16 @@ def load(path):
     return rows
 
 
+def measure(tool, nranks, path):
+    lines = []
+    for n in nranks.split(","):
+        out = subprocess.run([tool, "scale", "--nranks", n, "--csv"], check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+        lines += out if not lines else out[1:]  # one header
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def table(rows):
     print("| nranks | steps compiled | wall ms | CPU ms | CPU µs/step | peak MB | kept MB "
           "| peers | peers (no all-to-all) |")
@@ -49,8 +63,12 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("-o", "--out")
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--run", metavar="FLAGCX_ALGO")
+    ap.add_argument("--nranks", default="64,128,256,512,1024,2048,4096,8192,16384")
     ap.add_argument("--title", default="One rank's communicator init (flagcx-algo scale)")
     a = ap.parse_args()
+    if a.run:
+        measure(a.run, a.nranks, a.csv)
     rows = load(a.csv)
     if a.table:
         table(rows)
@@ -71,7 +89,7 @@ def main():
     m.loglog(n, [int(r["peers_no_alltoall"]) for r in rows], "^--",
              label="peers named (no all-to-all)")
     m.axhline(50, color="grey", lw=0.8, ls=":")
-    m.text(n[0], 55, "50 MB", color="grey", fontsize=8)
+    m.text(n[0], 40, "50 MB", color="grey", fontsize=8)
     m.set_xlabel("nranks")
     m.set_title("memory and peers")
     for ax in (t, m):
