@@ -1,9 +1,8 @@
 // Symbolic simulation of a whole schedule (see verify.h for the model).
-//
-// Memory is O(total steps): the steps themselves, a partner index per
-// message step, chunk states and in-flight payloads as ContribSets (a run or
-// two each; contrib.h).  A payload is taken when its send's stage starts and
-// dropped when its receive completes.
+// Memory is O(total steps): the steps, a partner per message step, chunk
+// states and in-flight payloads as ContribSets (a run or two each;
+// contrib.h).  A payload is taken when its send's stage starts and dropped
+// when its receive completes.
 #include "sched/verify.h"
 
 #include <algorithm>
@@ -24,8 +23,6 @@ struct ChunkState {
 
 bool isComm(StepKind k) { return k == StepKind::Send || k == StepKind::Recv || k == StepKind::RecvReduce; }
 
-constexpr uint32_t kNoPartner = UINT32_MAX;
-
 class Verifier {
  public:
   explicit Verifier(const Schedule &s) : s_(s), n_(s.nranks), N_(s.chunks) {}
@@ -42,7 +39,8 @@ class Verifier {
   std::string *err_ = nullptr;
   // Steps are numbered globally: rank r's step i is base_[r] + i.
   std::vector<uint32_t> base_;
-  std::vector<uint32_t> partner_;  // global index of the matching message step
+  std::vector<uint32_t> partner_;      // global index of the matching message step
+  std::vector<int32_t> partnerRank_;  // and its rank
   std::vector<std::vector<ChunkState>> st_;  // per rank: input, output, scratch chunks
   std::vector<ContribSet> heard_;            // barrier: per rank, ranks heard from
   // Sends in flight: slot_[global step] indexes pool_; free slots are reused.
@@ -92,19 +90,16 @@ class Verifier {
     return true;
   }
 
-  bool index() {
+  bool index() {  // base_[r]: rank r's first global step; base_[n]: the total
     base_.assign(n_ + 1, 0);
-    uint64_t total = 0;
     for (int r = 0; r < n_; r++) {
-      base_[r] = static_cast<uint32_t>(total);
-      total += s_.ranks[r].steps.size();
-      if (total >= kNoPartner) return fail(-1, -1, "too many steps to verify (4 G)");
+      uint64_t t = uint64_t(base_[r]) + s_.ranks[r].steps.size();
+      if (t >= UINT32_MAX) return fail(-1, -1, "too many steps to verify (4 G)");
+      base_[r + 1] = static_cast<uint32_t>(t);
     }
-    base_[n_] = static_cast<uint32_t>(total);
     return true;
   }
   uint32_t total() const { return base_[n_]; }
-
   bool checkRef(int r, int i, const ChunkRef &c, bool write) {
     int lim = nb(c.buf);
     if (c.chunk < 0 || c.chunk >= lim)
@@ -239,7 +234,7 @@ class Verifier {
   // (sender, receiver, step) and pair the k-th send with the k-th receive.
   bool match() {
     uint32_t T = total();
-    partner_.assign(T, kNoPartner);
+    partner_.assign(T, 0);  // every message step gets one, or match() fails
     partnerRank_.assign(T, -1);
     struct Msg {
       uint64_t pair;  // sender * n + receiver
@@ -287,7 +282,6 @@ class Verifier {
     }
     return true;
   }
-  std::vector<int32_t> partnerRank_;
   const Step &partnerStep(uint32_t g) const {
     int p = partnerRank_[g];
     return s_.ranks[p].steps[partner_[g] - base_[p]];
