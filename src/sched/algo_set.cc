@@ -171,14 +171,19 @@ std::vector<int> AlgoSet::peers(OpKind op) const {
   return v;
 }
 
-std::vector<int> AlgoSet::peers() const {
+std::vector<int> AlgoSet::schedulePeers(bool (*op)(OpKind)) const {
   std::vector<int> v;
   for (size_t o = 0; o < static_cast<size_t>(OpKind::Count); o++) {
+    if (!op(static_cast<OpKind>(o))) continue;
     std::vector<int> p = peers(static_cast<OpKind>(o));
     v.insert(v.end(), p.begin(), p.end());
   }
   sortUnique(&v);
   return v;
+}
+
+std::vector<int> AlgoSet::peers() const {
+  return schedulePeers([](OpKind) { return true; });
 }
 
 AlgoSet::Footprint AlgoSet::footprint() const {

@@ -89,6 +89,9 @@ class AlgoSet {
   // other roots) can be connected on first use.
   std::vector<int> peers(OpKind op) const;
   std::vector<int> peers() const;
+  // The same over every op for which `op` says yes, e.g. every op but
+  // alltoall/alltoallv (whose pairwise schedules name every rank).
+  std::vector<int> schedulePeers(bool (*op)(OpKind)) const;
 
   // What init kept: compiled steps, bytes of the step lists, bytes of the
   // scripts kept for rooted ops (Lua state and step buffer; flagcx-algo scale

@@ -581,6 +581,11 @@ TEST(SchedAlgoSet, PeersAreWhatSchedulesName) {
   EXPECT_EQ(set->peers(OpKind::Gather), (std::vector<int>{0}));  // root 0 so far
   EXPECT_EQ(set->peers(OpKind::Barrier), (std::vector<int>{1, 3, 4, 6, 7, 9, 13}));
   EXPECT_EQ(set->peers().size(), size_t(n - 1));  // alltoall names everybody
+  EXPECT_EQ(set->schedulePeers([](OpKind op) {
+    return op != OpKind::AlltoAll && op != OpKind::AlltoAllv && op != OpKind::Gather &&
+           op != OpKind::Scatter;
+  }),
+            (std::vector<int>{1, 3, 4, 6, 7, 9, 13}));  // ring/chain neighbours, barrier distances
   ASSERT_NE(set->select(OpKind::Gather, 4, flagcxFloat32, 9), nullptr);
   EXPECT_EQ(set->peers(OpKind::Gather), (std::vector<int>{0, 9}));  // and root 9 now
   AlgoSet::Footprint f = set->footprint();

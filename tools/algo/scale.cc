@@ -163,15 +163,9 @@ int cmdScale(const std::vector<int> &nranks, int rank, int ranksPerHost, int rep
     }
     AlgoSet::Footprint f = set ? set->footprint() : AlgoSet::Footprint{};
     std::vector<int> all = set ? set->peers() : std::vector<int>{};
-    std::vector<int> most;
-    for (size_t o = 0; set && o < static_cast<size_t>(OpKind::Count); o++) {
-      OpKind op = static_cast<OpKind>(o);
-      if (op == OpKind::AlltoAll || op == OpKind::AlltoAllv) continue;
-      std::vector<int> p = set->peers(op);
-      most.insert(most.end(), p.begin(), p.end());
-    }
-    std::sort(most.begin(), most.end());
-    most.erase(std::unique(most.begin(), most.end()), most.end());
+    std::vector<int> most = set ? set->schedulePeers([](OpKind op) {
+      return op != OpKind::AlltoAll && op != OpKind::AlltoAllv;
+    }) : std::vector<int>{};
     double keptMb = (f.scheduleBytes + f.luaBytes) / 1048576.0;
     if (csv) {
       std::printf("init,%d,AlgoSet::create,%d,%zu,,,%.3f,%zu,%.3f,%.2f,%.2f,%zu,%d\n", n,
