@@ -58,7 +58,8 @@ class AlgoSet {
                                std::unique_ptr<AlgoSet> *out);
   ~AlgoSet();
 
-  // Per call: no Lua, no YAML, no allocation, no lock.  `bytes` is the size of
+  // Per call: no Lua, no YAML, no allocation, no lock (but see rooted ops
+  // below).  `bytes` is the size of
   // the call's count argument (count * type size: the per-rank block for
   // allgather/reducescatter/gather/scatter/alltoall, the whole buffer for
   // allreduce/reduce/broadcast; the sum of send counts for alltoallv; 0 for
