@@ -58,13 +58,13 @@ class AlgoSet {
                                std::unique_ptr<AlgoSet> *out);
   ~AlgoSet();
 
-  // Per call: no Lua, no YAML, no allocation, no lock (but see rooted ops
-  // below).  `bytes` is the size of
-  // the call's count argument (count * type size: the per-rank block for
-  // allgather/reducescatter/gather/scatter/alltoall, the whole buffer for
-  // allreduce/reduce/broadcast; the sum of send counts for alltoallv; 0 for
-  // barrier).  `root` is ignored for unrooted ops.  Never null after a
-  // successful create() for a valid op, dtype and root.
+  // Per call: no Lua, no YAML, no allocation, no lock (rooted ops: see
+  // below).  `bytes` is the size of the call's count argument (count * type
+  // size: the per-rank block for allgather/reducescatter/gather/scatter/
+  // alltoall, the whole buffer for allreduce/reduce/broadcast; the sum of send
+  // counts for alltoallv; 0 for barrier).  `root` is ignored for unrooted ops.
+  // Never null after a successful create() for a valid op, dtype and root,
+  // unless a rooted op's compile at a new root fails (it logs why).
   // Rooted ops at a root other than 0 take a mutex, and on the first use of
   // that root (or once it left the cache) run the script (Lua, allocation):
   // about as long as one init compile of that algorithm.  The schedule
