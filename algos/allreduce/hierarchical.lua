@@ -7,7 +7,7 @@
 return {
   name = "hierarchical",
   op = "allreduce",
-  description = "intra-host reduce-scatter, inter-host allreduce, intra-host allgather",
+  description = "intra-host reduce-scatter, inter-host ring allreduce, intra-host allgather",
   requires = function(n, g)
     if n % g ~= 0 then return false, "needs the same number of ranks on every host" end
     return true

@@ -13,7 +13,7 @@ end
 return {
   name = "rabenseifner",
   op = "allreduce",
-  description = "recursive-halving reduce-scatter + recursive-doubling allgather",
+  description = "recursive-halving reduce-scatter + recursive-doubling allgather; medium and large messages",
   chunks = function(n) return pow2below(n) end,
   cost = {
     steps = function(n)

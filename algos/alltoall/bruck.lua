@@ -22,19 +22,18 @@ return {
   build = function(s)
     local n, r = s.nranks, s.rank
     s:copy(s.input(r), s.output(r))
-    local where, moves = {}, {}
+    local where, left = {}, {}  -- left[j]: moves still to come for slot j
     for j = 1, n - 1 do
       where[j] = s.input((r + j) % n)
-      moves[j] = 0
+      left[j] = popcount(j)
     end
     local d = 1
     while d < n do
       local to, from = (r + d) % n, (r - d) % n
       for j = 1, n - 1 do
         if bit.band(j, d) ~= 0 then
-          moves[j] = moves[j] + 1
-          local left = popcount(j) - moves[j]  -- moves still to come after this one
-          local dst = left % 2 == 0 and s.output((r - j) % n) or s.scratch(j)
+          left[j] = left[j] - 1  -- after this one
+          local dst = left[j] % 2 == 0 and s.output((r - j) % n) or s.scratch(j)
           s:send(to, where[j])
           s:recv(from, dst)
           where[j] = dst

@@ -1,6 +1,7 @@
 // AlgoSet: compile at init what the tuner may pick; select per call.
 #include "sched/algo_set.h"
 
+#include <algorithm>
 #include <map>
 
 #include "base/log.h"
@@ -16,6 +17,9 @@ constexpr uint8_t kNone = 255;
 }
 
 AlgoSet::~AlgoSet() = default;
+AlgoSet::Compiled::Compiled() = default;
+AlgoSet::Compiled::Compiled(Compiled &&) noexcept = default;
+AlgoSet::Compiled::~Compiled() = default;
 
 flagcxResult_t AlgoSet::create(int rank, int nranks, int ranksPerHost,
                                std::unique_ptr<AlgoSet> *out) {
@@ -35,6 +39,7 @@ flagcxResult_t AlgoSet::create(int rank, int nranks, int ranksPerHost,
   std::unique_ptr<AlgoSet> set(new AlgoSet());
   set->rank_ = rank;
   set->nranks_ = nranks;
+  set->ranksPerHost_ = ranksPerHost;
   std::map<const AlgoInfo *, uint8_t> index;
   for (size_t o = 0; o < static_cast<size_t>(OpKind::Count); o++) {
     for (int d = 0; d < flagcxNumTypes; d++) {
@@ -58,11 +63,15 @@ flagcxResult_t AlgoSet::create(int rank, int nranks, int ranksPerHost,
             INFO(kInit, "verified user script %s (%s/%s) at nranks=%d", a->path.c_str(),
                  opName(a->op), a->name.c_str(), nranks);
           }
-          Compiled c{a->op, a->name, {}};
-          int roots = opIsRooted(a->op) ? nranks : 1;
-          c.byRoot.resize(roots);
-          for (int root = 0; root < roots; root++)
-            if (!s->compileRank(t, rank, root, &c.byRoot[root], &err)) return fail();
+          Compiled c;
+          c.op = a->op;
+          c.algo = a->name;
+          if (!s->compileRank(t, rank, 0, &c.root0, &err)) return fail();
+          if (opIsRooted(a->op)) {
+            c.script = cache.take(*a);
+            c.slots.resize(kRootSlots);
+            c.lastUse.assign(kRootSlots, 0);
+          }
           it = index.emplace(a, static_cast<uint8_t>(set->compiled_.size())).first;
           set->compiled_.push_back(std::move(c));
         }
@@ -86,17 +95,41 @@ const Schedule *AlgoSet::select(OpKind op, size_t bytes, flagcxDataType_t dtype,
   int b = sizeBucket(bytes);
   uint8_t idx = choice_[o][dtype][b];
   if (idx == kNone) return nullptr;
-  const Compiled &c = compiled_[idx];
+  Compiled &c = compiled_[idx];
   if (logEnabled(LogLevel::Info, kTuning) && logged_[o][b].exchange(1, std::memory_order_relaxed) == 0)
     INFO(kTuning, "%s bytes in [%llu, %llu] nranks=%d -> %s", opName(op),
          static_cast<unsigned long long>(bucketLowBytes(b)),
          static_cast<unsigned long long>(b == 0 ? 0 : bucketLowBytes(b) * 2 - 1), nranks_,
          c.algo.c_str());
-  if (opIsRooted(op)) {
-    if (root < 0 || root >= nranks_) return nullptr;
-    return &c.byRoot[root];
+  return atRoot(c, root);
+}
+
+// Root 0 (and unrooted ops): the schedule compiled at init.  Another root: a
+// slot holding it, else the least recently used slot compiled anew.
+const Schedule *AlgoSet::atRoot(Compiled &c, int root) const {
+  if (!opIsRooted(c.op) || root == 0) return &c.root0;
+  if (root < 0 || root >= nranks_ || !c.script) return nullptr;
+  std::lock_guard<std::mutex> lock(rootMu_);
+  auto &slots = c.slots;
+  auto &lastUse = c.lastUse;
+  size_t pick = 0;
+  for (size_t i = 0; i < slots.size(); i++) {
+    if (lastUse[i] && slots[i].root == root) {
+      lastUse[i] = ++useClock_;
+      return &slots[i];
+    }
+    if (lastUse[i] < lastUse[pick]) pick = i;
   }
-  return &c.byRoot[0];
+  std::string err;
+  lastUse[pick] = 0;
+  if (!c.script->compileRank(Topo{nranks_, ranksPerHost_}, rank_, root, &slots[pick], &err)) {
+    WARN(kColl, "rank %d: %s", rank_, err.c_str());
+    return nullptr;
+  }
+  TRACE(kTuning, "rank %d: compiled %s/%s for root %d (%zu steps)", rank_, opName(c.op),
+        c.algo.c_str(), root, slots[pick].ranks[0].steps.size());
+  lastUse[pick] = ++useClock_;
+  return &slots[pick];
 }
 
 const std::string &AlgoSet::selectName(OpKind op, size_t bytes, flagcxDataType_t dtype) const {
@@ -108,28 +141,67 @@ const std::string &AlgoSet::selectName(OpKind op, size_t bytes, flagcxDataType_t
 }
 
 const Schedule *AlgoSet::find(OpKind op, const std::string &algo, int root) const {
-  for (const auto &c : compiled_) {
-    if (c.op != op || c.algo != algo) continue;
-    if (!opIsRooted(op)) return &c.byRoot[0];
-    return root >= 0 && root < nranks_ ? &c.byRoot[root] : nullptr;
-  }
+  for (auto &c : compiled_)
+    if (c.op == op && c.algo == algo) return atRoot(c, root);
   return nullptr;
 }
 
-std::vector<int> AlgoSet::schedulePeers(bool (*op)(OpKind)) const {
-  std::vector<char> named(static_cast<size_t>(nranks_), 0);
+namespace {
+void addPeers(const Schedule &s, std::vector<int> *out) {
+  if (s.ranks.empty()) return;
+  for (const Step &x : s.ranks[0].steps)
+    if (x.peer >= 0) out->push_back(x.peer);
+}
+void sortUnique(std::vector<int> *v) {
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+}
+}  // namespace
+
+std::vector<int> AlgoSet::peers(OpKind op) const {
+  std::vector<int> v;
+  std::lock_guard<std::mutex> lock(rootMu_);
   for (const auto &c : compiled_) {
-    if (!op(c.op)) continue;
-    for (const Schedule &s : c.byRoot)
-      for (const RankSchedule &rs : s.ranks)
-        for (const Step &st : rs.steps)
-          if (st.peer >= 0 && st.peer < nranks_ && st.peer != rank_)
-            named[static_cast<size_t>(st.peer)] = 1;
+    if (c.op != op) continue;
+    addPeers(c.root0, &v);
+    for (size_t i = 0; i < c.slots.size(); i++)
+      if (c.lastUse[i]) addPeers(c.slots[i], &v);
+    sortUnique(&v);
   }
-  std::vector<int> out;
-  for (int r = 0; r < nranks_; r++)
-    if (named[static_cast<size_t>(r)]) out.push_back(r);
-  return out;
+  return v;
+}
+
+std::vector<int> AlgoSet::schedulePeers(bool (*op)(OpKind)) const {
+  std::vector<int> v;
+  for (size_t o = 0; o < static_cast<size_t>(OpKind::Count); o++) {
+    if (!op(static_cast<OpKind>(o))) continue;
+    std::vector<int> p = peers(static_cast<OpKind>(o));
+    v.insert(v.end(), p.begin(), p.end());
+  }
+  sortUnique(&v);
+  return v;
+}
+
+std::vector<int> AlgoSet::peers() const {
+  return schedulePeers([](OpKind) { return true; });
+}
+
+AlgoSet::Footprint AlgoSet::footprint() const {
+  Footprint f;
+  std::lock_guard<std::mutex> lock(rootMu_);
+  auto add = [&](const Schedule &s) {
+    for (const RankSchedule &rs : s.ranks) {
+      f.steps += rs.steps.size();
+      f.scheduleBytes += rs.steps.capacity() * sizeof(Step);
+    }
+  };
+  for (const auto &c : compiled_) {
+    f.algorithms++;
+    add(c.root0);
+    for (const Schedule &s : c.slots) add(s);
+    if (c.script) f.luaBytes += c.script->luaBytes() + c.script->bufferBytes();
+  }
+  return f;
 }
 
 }  // namespace flagcx

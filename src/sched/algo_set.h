@@ -11,8 +11,12 @@
 // tuning rules (config/tuning.yaml or FLAGCX_TUNING_FILE), the optional Lua
 // policy (FLAGCX_TUNING_POLICY) and FLAGCX_ALGO, decides an algorithm for every
 // (op, dtype, power-of-two size bucket), and compiles each algorithm so chosen
-// for this rank (every root of a rooted op).  User scripts (FLAGCX_ALGO_PATH)
-// that may be chosen are first verified for all ranks.  Any failure is logged
+// for this rank.  Rooted ops are compiled for root 0 only; another root's
+// schedule is compiled on its first use (script.h: built for root 0 as rank
+// (rank - root) mod n, relabelled) and kept in a small per-algorithm cache
+// (kRootSlots roots, least recently used replaced), so init costs one compile
+// per algorithm whatever nranks.  User scripts (FLAGCX_ALGO_PATH) that may be
+// chosen are first verified for all ranks.  Any failure is logged
 // once (file:line for Lua errors, op/algo/nranks/rank/step for the verifier)
 // and returns flagcxInvalidUsage.
 //
@@ -27,6 +31,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,18 +47,30 @@ inline int sizeBucket(size_t bytes) {
   return bytes == 0 ? 0 : 64 - __builtin_clzll(static_cast<unsigned long long>(bytes));
 }
 
+class Script;
+
 class AlgoSet {
  public:
+  // Roots of a rooted algorithm kept compiled besides root 0.
+  static constexpr int kRootSlots = 8;
+
   static flagcxResult_t create(int rank, int nranks, int ranksPerHost,
                                std::unique_ptr<AlgoSet> *out);
   ~AlgoSet();
 
-  // Per call: no Lua, no YAML, no allocation, no lock.  `bytes` is the size of
-  // the call's count argument (count * type size: the per-rank block for
-  // allgather/reducescatter/gather/scatter/alltoall, the whole buffer for
-  // allreduce/reduce/broadcast; the sum of send counts for alltoallv; 0 for
-  // barrier).  `root` is ignored for unrooted ops.  Never null after a
-  // successful create() for a valid op, dtype and root.
+  // Per call: no Lua, no YAML, no allocation, no lock (rooted ops: see
+  // below).  `bytes` is the size of the call's count argument (count * type
+  // size: the per-rank block for allgather/reducescatter/gather/scatter/
+  // alltoall, the whole buffer for allreduce/reduce/broadcast; the sum of send
+  // counts for alltoallv; 0 for barrier).  `root` is ignored for unrooted ops.
+  // Never null after a successful create() for a valid op, dtype and root,
+  // unless a rooted op's compile at a new root fails (it logs why).
+  // Rooted ops at a root other than 0 take a mutex, and on the first use of
+  // that root (or once it left the cache) run the script (Lua, allocation):
+  // about as long as one init compile of that algorithm.  The schedule
+  // returned for such a root stays valid until kRootSlots other roots of the
+  // same algorithm have been selected: the executor runs one collective of a
+  // communicator at a time, so a call's schedule outlives its use.
   const Schedule *select(OpKind op, size_t bytes, flagcxDataType_t dtype, int root) const;
 
   // The algorithm name select() picks, for logs and tools.
@@ -70,16 +87,47 @@ class AlgoSet {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
 
+  // The peers this rank's compiled schedules name, sorted, without this rank:
+  // for every algorithm the tuner may pick for `op`, or for every op.  Rooted
+  // ops count root 0 and the roots compiled so far; at another root they may
+  // name other peers.  What a communicator must connect to before it runs
+  // that op's schedules (at root 0 for rooted ops); anything else (send/recv,
+  // other roots) can be connected on first use.
+  std::vector<int> peers(OpKind op) const;
+  std::vector<int> peers() const;
+  // The same over every op for which `op` says yes, e.g. every op but
+  // alltoall/alltoallv (whose pairwise schedules name every rank).
+  std::vector<int> schedulePeers(bool (*op)(OpKind)) const;
+
+  // What init kept: compiled steps, bytes of the step lists, bytes of the
+  // scripts kept for rooted ops (Lua state and step buffer; flagcx-algo scale
+  // reports these).
+  struct Footprint {
+    size_t steps = 0, scheduleBytes = 0, luaBytes = 0;
+    int algorithms = 0;
+  };
+  Footprint footprint() const;
+
   struct Compiled {
     OpKind op;
     std::string algo;
-    std::vector<Schedule> byRoot;  // one per root for rooted ops, else one
+    Schedule root0;                  // the schedule (rooted ops: at root 0)
+    std::unique_ptr<Script> script;  // rooted ops: compiles other roots
+    std::vector<Schedule> slots;     // rooted ops: other roots, on first use
+    std::vector<uint64_t> lastUse;   // per slot, for least-recently-used
+    Compiled();
+    Compiled(Compiled &&) noexcept;
+    ~Compiled();
   };
 
  private:
   AlgoSet() = default;
-  int rank_ = 0, nranks_ = 0;
-  std::vector<Compiled> compiled_;
+  const Schedule *atRoot(Compiled &c, int root) const;
+  int rank_ = 0, nranks_ = 0, ranksPerHost_ = 1;
+  mutable std::mutex rootMu_;  // the root slots and their scripts
+  mutable uint64_t useClock_ = 0;
+  // Mutable: atRoot() fills root slots inside const select().
+  mutable std::vector<Compiled> compiled_;
   // choice_[op][dtype][bucket] = index into compiled_
   std::array<std::array<std::array<uint8_t, kSizeBuckets>, flagcxNumTypes>,
              static_cast<size_t>(OpKind::Count)> choice_{};

@@ -52,4 +52,34 @@ std::string stepText(const Step &s) {
   return t;
 }
 
+void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs) {
+  if (nranks < 1) return;
+  root = ((root % nranks) + nranks) % nranks;
+  if (root == 0) return;
+  bool blocks = op == OpKind::Gather || op == OpKind::Scatter;
+  int64_t shift = blocks ? static_cast<int64_t>(root) * (nchunks / nranks) : 0;
+  auto move = [&](ChunkRef &c) {
+    if (!shift || bufChunks(op, c.buf, nchunks, nranks) != nchunks) return;
+    c.chunk = static_cast<int32_t>((c.chunk + shift) % nchunks);
+  };
+  for (Step &s : rs->steps) {
+    if (s.peer >= 0) s.peer = (s.peer + root) % nranks;
+    if (s.kind != StepKind::Recv && s.kind != StepKind::RecvReduce) move(s.src);
+    if (s.kind != StepKind::Send) move(s.dst);
+  }
+}
+
+void relabelRoot(Schedule *s, int root) {
+  int n = s->nranks;
+  if (n < 1 || static_cast<int>(s->ranks.size()) != n) return;
+  root = ((root % n) + n) % n;
+  std::vector<RankSchedule> moved(n);
+  for (int r = 0; r < n; r++) {
+    moved[r] = std::move(s->ranks[(r - root + n) % n]);
+    relabelSteps(s->op, n, s->chunks, root, &moved[r]);
+  }
+  s->ranks = std::move(moved);
+  s->root = (s->root + root) % n;
+}
+
 }  // namespace flagcx

@@ -16,6 +16,17 @@ bool opOutputIsBlock(OpKind op);  // reducescatter, scatter
 int bufChunks(OpKind op, BufKind b, int nchunks, int nranks);
 
 std::string refText(const ChunkRef &r);  // "output[3]"
+
+// Rooted ops run at every root from one schedule built for root 0: rank r
+// plays the part of rank v = (r - root) mod n.  relabelSteps moves rank v's
+// root-0 steps to `root`: peers p become (p + root) mod n, and for gather and
+// scatter the chunks of full-size buffers (gather's output, scatter's input,
+// scratch) move by `root` blocks of N/n chunks, so that block b stays rank
+// b's block.  Own-block buffers and reduce/broadcast chunks do not move.
+// This is a symmetry of the op: a correct root-0 schedule stays correct.
+void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs);
+// A whole schedule (every rank) built for root 0, moved to `root`.
+void relabelRoot(Schedule *s, int root);
 std::string stepText(const Step &s);     // "send output[3] -> rank 2"
 
 }  // namespace flagcx

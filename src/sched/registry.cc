@@ -2,7 +2,6 @@
 #include "sched/registry.h"
 
 #include <dlfcn.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "flagcx_paths.h"
+#include "sched/yaml_ops.h"
 
 namespace fs = std::filesystem;
 
@@ -20,11 +20,6 @@ namespace {
 bool hasRegistry(const std::string &dir) {
   std::error_code ec;
   return !dir.empty() && fs::exists(fs::path(dir) / "algos" / "registry.yaml", ec);
-}
-
-std::string yamlWhere(const std::string &file, const YAML::Mark &m) {
-  if (m.line < 0) return file + ": ";
-  return file + ":" + std::to_string(m.line + 1) + ": ";
 }
 
 }  // namespace
@@ -101,7 +96,6 @@ bool Registry::scanUserDir(const std::string &dir, std::string *err) {
       if (!Script::load(a.path, &s, err)) return false;
       a.op = s->op();
       a.name = s->name();
-      a.summary = s->description();
     } else {
       continue;  // a folder that is not an op name: not ours
     }
@@ -124,53 +118,37 @@ bool Registry::loadFrom(const std::string &registryYaml, const std::string &user
   }
   fs::path base = fs::path(registryYaml).parent_path();
   YAML::Node root;
-  try {
-    root = YAML::LoadFile(registryYaml);
-  } catch (const YAML::BadFile &) {
-    *err = registryYaml + ": cannot open (set FLAGCX_DATA_DIR to the folder holding algos/)";
+  if (!yamlLoad(registryYaml, nullptr, "cannot open (set FLAGCX_DATA_DIR to the folder holding algos/)",
+                &root, err))
     return false;
-  } catch (const YAML::Exception &e) {
-    *err = yamlWhere(registryYaml, e.mark) + e.msg;
-    return false;
-  }
-  if (!root.IsMap()) {
-    *err = yamlWhere(registryYaml, root.Mark()) + "expected a map of op name to algorithm list";
-    return false;
-  }
-  try {
-    for (const auto &kv : root) {
-      std::string opname = kv.first.as<std::string>();
-      OpKind op;
-      if (!opFromName(opname, &op)) {
-        *err = yamlWhere(registryYaml, kv.first.Mark()) + "unknown op '" + opname + "'";
+  // An entry names a script and nothing else: what it does is the script's
+  // own `description` (flagcx-algo list shows it).
+  auto entry = [&](OpKind op, const std::string &opname, const YAML::Node &n, std::string *e) {
+    if (!n.IsMap() || !n["name"]) {
+      *e = yamlAt(registryYaml, n.Mark()) + "each algorithm needs a 'name'";
+      return false;
+    }
+    for (const auto &f : n) {
+      std::string key = f.first.as<std::string>();
+      if (key != "name" && key != "file") {
+        *e = yamlAt(registryYaml, f.first.Mark()) + "unknown key '" + key +
+             "' (name, file; a description belongs in the script)";
         return false;
-      }
-      if (!kv.second.IsSequence()) {
-        *err = yamlWhere(registryYaml, kv.second.Mark()) + "expected a list of algorithms";
-        return false;
-      }
-      for (const auto &n : kv.second) {
-        if (!n.IsMap() || !n["name"]) {
-          *err = yamlWhere(registryYaml, n.Mark()) + "each algorithm needs a 'name'";
-          return false;
-        }
-        AlgoInfo a;
-        a.op = op;
-        a.name = n["name"].as<std::string>();
-        std::string file = n["file"] ? n["file"].as<std::string>() : opname + "/" + a.name + ".lua";
-        a.path = (base / file).string();
-        if (n["summary"]) a.summary = n["summary"].as<std::string>();
-        if (r.find(op, a.name) && r.find(op, a.name)->user) continue;  // replaced by the user
-        if (!r.add(std::move(a), err)) {
-          *err = yamlWhere(registryYaml, n.Mark()) + *err;
-          return false;
-        }
       }
     }
-  } catch (const YAML::Exception &e) {
-    *err = yamlWhere(registryYaml, e.mark) + e.msg;
-    return false;
-  }
+    AlgoInfo a;
+    a.op = op;
+    a.name = n["name"].as<std::string>();
+    std::string file = n["file"] ? n["file"].as<std::string>() : opname + "/" + a.name + ".lua";
+    a.path = (base / file).string();
+    if (r.find(op, a.name) && r.find(op, a.name)->user) return true;  // replaced by the user
+    if (!r.add(std::move(a), e)) {
+      *e = yamlAt(registryYaml, n.Mark()) + *e;
+      return false;
+    }
+    return true;
+  };
+  if (!forEachOpEntry(registryYaml, root, "algorithms", entry, err)) return false;
   *out = std::move(r);
   return true;
 }
@@ -221,6 +199,16 @@ Script *ScriptCache::get(const AlgoInfo &a, std::string *err) {
   }
   scripts_.emplace_back(&a, std::move(s));
   return scripts_.back().second.get();
+}
+
+std::unique_ptr<Script> ScriptCache::take(const AlgoInfo &a) {
+  for (auto it = scripts_.begin(); it != scripts_.end(); ++it) {
+    if (it->first != &a) continue;
+    std::unique_ptr<Script> s = std::move(it->second);
+    scripts_.erase(it);
+    return s;
+  }
+  return nullptr;
 }
 
 }  // namespace flagcx

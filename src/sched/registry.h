@@ -21,8 +21,7 @@ std::string dataDir();
 struct AlgoInfo {
   OpKind op = OpKind::Count;
   std::string name;
-  std::string path;     // the .lua file
-  std::string summary;  // one line, from registry.yaml or the script's description
+  std::string path;     // the .lua file (its `description` says what it does)
   bool user = false;    // from FLAGCX_ALGO_PATH
 };
 
@@ -54,6 +53,9 @@ class ScriptCache {
   // Loads the script and checks that it declares the op and name it is
   // registered under.
   Script *get(const AlgoInfo &a, std::string *err);
+  // Hands a loaded script over to the caller (nullptr when not loaded); a
+  // later get() loads it again.
+  std::unique_ptr<Script> take(const AlgoInfo &a);
 
  private:
   const Registry &reg_;

@@ -1,10 +1,10 @@
-// The script sandbox and the builder that turns build(s) into IR steps.
+// Algorithm scripts: the table a script returns, and the builder that turns
+// build(s) into IR steps.
 #include "sched/script.h"
 
 #include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,8 +13,6 @@
 extern "C" {
 #include <lauxlib.h>
 #include <lua.h>
-#include <luajit.h>
-#include <lualib.h>
 }
 
 #include "base/log.h"
@@ -22,143 +20,45 @@ extern "C" {
 
 namespace flagcx {
 
-// Field reads outside a protected call must not run metamethods: a script's
-// table with an __index that raises would otherwise make LuaJIT panic and
-// exit the whole process (found by the script fuzzer).
-static void rawField(lua_State *L, int idx, const char *k) {
-  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
-  lua_pushstring(L, k);
-  lua_rawget(L, idx);
-}
-
-struct Sandbox::State {
-  size_t used = 0;
-  size_t cap = 0;
-  uint64_t budget = 0;
-  uint64_t count = 0;
-  double seconds = 5.0;
-  std::chrono::steady_clock::time_point deadline;
-  std::string path;  // full path, to undo Lua's shortening of long chunk names
-};
-
 namespace {
 
-constexpr int kHookEvery = 1000;
 constexpr int kMaxChunks = 1 << 20;
-// A real schedule has a few thousand steps per rank; more is a runaway
-// script, stopped before it spends seconds appending (a fuzzer's slow unit).
-constexpr size_t kMaxStepsPerRank = size_t(1) << 16;
-const char *kRefMeta = "flagcx.chunkref";
-
-void *sandboxAlloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  auto *st = static_cast<Sandbox::State *>(ud);
-  if (nsize == 0) {
-    std::free(ptr);
-    st->used -= osize;
-    return nullptr;
-  }
-  if (nsize > osize && st->used - osize + nsize > st->cap) return nullptr;
-  void *p = std::realloc(ptr, nsize);
-  if (p) st->used = st->used - osize + nsize;
-  return p;
-}
-
-void countHook(lua_State *L, lua_Debug *ar) {
-  void *ud = nullptr;
-  lua_getallocf(L, &ud);
-  auto *st = static_cast<Sandbox::State *>(ud);
-  st->count += kHookEvery;
-  if (st->count <= st->budget) {
-    // Instructions are cheap to count; builder calls (C) between them are
-    // not, so the wall clock bounds an entry as well.
-    if (std::chrono::steady_clock::now() < st->deadline) return;
-    lua_getinfo(L, "Sl", ar);
-    if (ar->currentline > 0)
-      lua_pushfstring(L, "%s:%d: ran for more than %d s: endless work?", ar->short_src,
-                      ar->currentline, static_cast<int>(st->seconds));
-    else
-      lua_pushfstring(L, "ran for more than %d s: endless work?", static_cast<int>(st->seconds));
-    lua_error(L);
-  }
-  lua_getinfo(L, "Sl", ar);
-  if (ar->currentline > 0)
-    lua_pushfstring(L, "%s:%d: instruction budget exceeded (%d million instructions): endless loop?",
-                    ar->short_src, ar->currentline, static_cast<int>(st->budget / 1000000));
-  else
-    lua_pushfstring(L, "instruction budget exceeded (%d million instructions): endless loop?",
-                    static_cast<int>(st->budget / 1000000));
-  lua_error(L);
-}
-
-int luaPrint(lua_State *L) {
-  std::string line;
-  int n = lua_gettop(L);
-  for (int i = 1; i <= n; i++) {
-    size_t len = 0;
-    const char *s = lua_tolstring(L, i, &len);
-    if (i > 1) line += '\t';
-    line += s ? std::string(s, len) : std::string(luaL_typename(L, i));
-  }
-  TRACE(kInit, "script: %s", line.c_str());
-  return 0;
-}
-
-void openSandbox(lua_State *L) {
-  static const struct {
-    const char *name;
-    lua_CFunction fn;
-  } libs[] = {{"", luaopen_base},
-              {LUA_TABLIBNAME, luaopen_table},
-              {LUA_STRLIBNAME, luaopen_string},
-              {LUA_MATHLIBNAME, luaopen_math},
-              {LUA_BITLIBNAME, luaopen_bit}};
-  for (const auto &lib : libs) {
-    lua_pushcfunction(L, lib.fn);
-    lua_pushstring(L, lib.name);
-    lua_call(L, 1, 0);
-  }
-  static const char *const banned[] = {"dofile",  "load",    "loadfile",       "loadstring",
-                                       "require", "module",  "collectgarbage", "getfenv",
-                                       "setfenv", "newproxy", "gcinfo",        "io",
-                                       "os",      "debug",   "package",        "jit",
-                                       "ffi"};
-  for (const char *name : banned) {
-    lua_pushnil(L);
-    lua_setfield(L, LUA_GLOBALSINDEX, name);
-  }
-  lua_getfield(L, LUA_GLOBALSINDEX, "string");
-  lua_pushnil(L);
-  lua_setfield(L, -2, "dump");
-  lua_pop(L, 1);
-  lua_pushcfunction(L, luaPrint);
-  lua_setfield(L, LUA_GLOBALSINDEX, "print");
-  luaL_newmetatable(L, kRefMeta);
-  lua_pop(L, 1);
+// A runaway script is stopped before it spends seconds appending (a fuzzer's
+// slow unit).  Real schedules stay far below this: a few steps per chunk and
+// per peer (alltoall/bruck at 16384 ranks adds 229k).
+size_t maxStepsPerRank(int nranks, int nchunks) {
+  return (size_t(1) << 16) + size_t(16) * (static_cast<size_t>(nranks) + nchunks);
 }
 
 // The builder behind one call of build(s).
 struct BuildCtx {
   OpKind op;
-  int nranks, rank, root, rph, nchunks;
+  int nranks, rank, rph, nchunks;
+  int refMeta;  // registry reference of the chunk-reference metatable
+  size_t maxSteps;
   RankSchedule *out;
   int stage = 0;
   bool stageUsed = false;
+  bool readRph = false;
 };
 
 BuildCtx *ctxOf(lua_State *L) {
   return static_cast<BuildCtx *>(lua_touserdata(L, lua_upvalueindex(1)));
 }
 
-bool isRef(lua_State *L, int idx) {
-  if (!lua_istable(L, idx) || !lua_getmetatable(L, idx)) return false;
-  luaL_getmetatable(L, kRefMeta);
+// A chunk reference is a full userdata holding a ChunkRef, marked by the
+// script's own metatable.
+const ChunkRef *refAt(lua_State *L, BuildCtx *c, int idx) {
+  void *p = lua_touserdata(L, idx);
+  if (!p || lua_islightuserdata(L, idx) || !lua_getmetatable(L, idx)) return nullptr;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->refMeta);
   bool eq = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
-  return eq;
+  return eq ? static_cast<const ChunkRef *>(p) : nullptr;
 }
 
 // Methods accept both s:f(...) and s.f(...): skip a leading builder table.
-int firstArg(lua_State *L) { return (lua_istable(L, 1) && !isRef(L, 1)) ? 2 : 1; }
+int firstArg(lua_State *L) { return lua_istable(L, 1) ? 2 : 1; }
 
 int toIndex(lua_State *L, int idx, const char *fn, const char *what) {
   if (lua_type(L, idx) != LUA_TNUMBER)
@@ -177,12 +77,9 @@ int makeRef(lua_State *L, BufKind b) {
     return luaL_error(L, "scratch: alltoallv has no scratch buffer (its chunks have per-peer sizes)");
   int n = bufChunks(c->op, b, c->nchunks, c->nranks);
   if (k < 0 || k >= n) return luaL_error(L, "%s(%d): chunk index out of range 0..%d", fn, k, n - 1);
-  lua_createtable(L, 0, 2);
-  lua_pushstring(L, fn);
-  lua_setfield(L, -2, "buf");
-  lua_pushinteger(L, k);
-  lua_setfield(L, -2, "chunk");
-  luaL_getmetatable(L, kRefMeta);
+  auto *r = static_cast<ChunkRef *>(lua_newuserdata(L, sizeof(ChunkRef)));
+  *r = ChunkRef{b, k};
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->refMeta);
   lua_setmetatable(L, -2);
   return 1;
 }
@@ -190,29 +87,29 @@ int luaInput(lua_State *L) { return makeRef(L, BufKind::Input); }
 int luaOutput(lua_State *L) { return makeRef(L, BufKind::Output); }
 int luaScratch(lua_State *L) { return makeRef(L, BufKind::Scratch); }
 
+// tostring(ref): "output[3]".
+int luaRefText(lua_State *L) {
+  const auto *r = static_cast<const ChunkRef *>(lua_touserdata(L, 1));
+  std::string t = r ? refText(*r) : "?";
+  lua_pushlstring(L, t.data(), t.size());
+  return 1;
+}
+
 ChunkRef toRef(lua_State *L, int idx, const char *fn, const char *what) {
-  if (!isRef(L, idx))
+  BuildCtx *c = ctxOf(L);
+  const ChunkRef *p = refAt(L, c, idx);
+  if (!p)
     luaL_error(L, "%s: %s must be a chunk such as s.output(k), got %s", fn, what,
                luaL_typename(L, idx));
-  lua_getfield(L, idx, "buf");
-  const char *b = lua_tostring(L, -1);
-  ChunkRef r{BufKind::Input, 0};
-  if (b && !std::strcmp(b, "output")) r.buf = BufKind::Output;
-  else if (b && !std::strcmp(b, "scratch")) r.buf = BufKind::Scratch;
-  lua_pop(L, 1);
-  lua_getfield(L, idx, "chunk");
-  r.chunk = static_cast<int32_t>(lua_tointeger(L, -1));
-  lua_pop(L, 1);
-  BuildCtx *c = ctxOf(L);
-  int n = bufChunks(c->op, r.buf, c->nchunks, c->nranks);
-  if (r.chunk < 0 || r.chunk >= n)
-    luaL_error(L, "%s: %s %s out of range (%d chunks)", fn, what, refText(r).c_str(), n);
-  return r;
+  int n = bufChunks(c->op, p->buf, c->nchunks, c->nranks);
+  if (p->chunk >= n)  // a reference kept from a build at another size
+    luaL_error(L, "%s: %s %s out of range (%d chunks)", fn, what, refText(*p).c_str(), n);
+  return *p;
 }
 
 void addStep(lua_State *L, BuildCtx *c, Step st) {
-  if (c->out->steps.size() >= kMaxStepsPerRank)
-    luaL_error(L, "more than %d steps on one rank", static_cast<int>(kMaxStepsPerRank));
+  if (c->out->steps.size() >= c->maxSteps)
+    luaL_error(L, "more than %d steps on one rank", static_cast<int>(c->maxSteps));
   st.stage = c->stage;
   c->stageUsed = true;
   c->out->steps.push_back(st);
@@ -275,6 +172,20 @@ int luaGroup(lua_State *L) {
   return 0;
 }
 
+// s.ranks_per_host is read through __index, so that the compiler knows
+// whether a schedule depends on it.
+int luaBuilderIndex(lua_State *L) {
+  BuildCtx *c = ctxOf(L);
+  const char *k = lua_tostring(L, 2);
+  if (k && !std::strcmp(k, "ranks_per_host")) {
+    c->readRph = true;
+    lua_pushinteger(L, c->rph);
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
 void pushBuilder(lua_State *L, BuildCtx *c) {
   lua_createtable(L, 0, 20);
   auto setInt = [&](const char *k, int v) {
@@ -283,10 +194,9 @@ void pushBuilder(lua_State *L, BuildCtx *c) {
   };
   setInt("rank", c->rank);
   setInt("nranks", c->nranks);
-  setInt("root", c->root);
+  setInt("root", 0);  // rooted ops are built for root 0 and relabelled
   setInt("chunks", c->nchunks);
   setInt("block", c->nranks > 0 ? c->nchunks / c->nranks : 0);
-  setInt("ranks_per_host", c->rph);
   lua_pushstring(L, opName(c->op));
   lua_setfield(L, -2, "op");
   static const struct {
@@ -302,6 +212,11 @@ void pushBuilder(lua_State *L, BuildCtx *c) {
     lua_pushcclosure(L, f.fn, 1);
     lua_setfield(L, -2, f.name);
   }
+  lua_createtable(L, 0, 1);
+  lua_pushlightuserdata(L, c);
+  lua_pushcclosure(L, luaBuilderIndex, 1);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
 }
 
 bool validName(const std::string &s) {
@@ -337,84 +252,6 @@ bool Script::loadText(const std::string &chunkName, const std::string &text,
   if (!s->init(chunkName, text, err)) return false;
   *out = std::move(s);
   return true;
-}
-
-namespace {
-// Lua shortens long chunk names to "...tail"; put the full path back.
-std::string fixMessage(const std::string &msg, const std::string &path) {
-  if (msg.rfind("...", 0) == 0) {
-    size_t colon = msg.find(':', 3);
-    if (colon != std::string::npos) {
-      std::string tail = msg.substr(3, colon - 3);
-      if (path.size() >= tail.size() &&
-          path.compare(path.size() - tail.size(), tail.size(), tail) == 0)
-        return path + msg.substr(colon);
-    }
-  }
-  return msg;
-}
-
-}  // namespace
-
-Sandbox::~Sandbox() {
-  if (L_) lua_close(L_);
-}
-
-const std::string &Sandbox::path() const { return state_->path; }
-
-bool Sandbox::create(const std::string &path, const ScriptLimits &limits,
-                     std::unique_ptr<Sandbox> *out, std::string *err) {
-  std::unique_ptr<Sandbox> sb(new Sandbox());
-  sb->state_ = std::make_unique<State>();
-  sb->state_->cap = limits.memoryBytes;
-  sb->state_->budget = limits.instructions;
-  sb->state_->seconds = limits.seconds;
-  sb->state_->path = path;
-  sb->L_ = lua_newstate(sandboxAlloc, sb->state_.get());
-  if (!sb->L_) {
-    *err = path + ": cannot create a Lua state";
-    return false;
-  }
-  luaJIT_setmode(sb->L_, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
-  openSandbox(sb->L_);
-  lua_sethook(sb->L_, countHook, LUA_MASKCOUNT, kHookEvery);
-  *out = std::move(sb);
-  return true;
-}
-
-bool Sandbox::pcall(int nargs, int nresults, std::string *err) {
-  State *st = state_.get();
-  st->count = 0;
-  st->deadline = std::chrono::steady_clock::now() +
-                 std::chrono::microseconds(static_cast<int64_t>(st->seconds * 1e6));
-  int rc = lua_pcall(L_, nargs, nresults, 0);
-  if (rc == 0) return true;
-  if (rc == LUA_ERRMEM) {
-    *err = st->path + ": script memory limit exceeded (" + std::to_string(st->cap >> 20) + " MiB)";
-  } else {
-    const char *m = lua_tostring(L_, -1);
-    *err = fixMessage(m ? m : "error object is not a string", st->path);
-  }
-  lua_pop(L_, 1);
-  return false;
-}
-
-bool Sandbox::run(const std::string &text, int nresults, std::string *err) {
-  const std::string &path = state_->path;
-  if (!text.empty() && text[0] == LUA_SIGNATURE[0]) {
-    *err = path + ": precompiled bytecode is not accepted; give Lua source";
-    return false;
-  }
-  std::string at = "@" + path;
-  int rc = luaL_loadbuffer(L_, text.data(), text.size(), at.c_str());
-  if (rc != 0) {
-    const char *m = lua_tostring(L_, -1);
-    *err = rc == LUA_ERRMEM ? path + ": script memory limit exceeded"
-                            : fixMessage(m ? m : "syntax error", path);
-    lua_pop(L_, 1);
-    return false;
-  }
-  return pcall(0, nresults, err);
 }
 
 bool Script::init(const std::string &chunkName, const std::string &text, std::string *err) {
@@ -485,6 +322,12 @@ bool Script::init(const std::string &chunkName, const std::string &text, std::st
   }
   lua_settop(L_, t);
   tableRef_ = luaL_ref(L_, LUA_REGISTRYINDEX);
+  lua_createtable(L_, 0, 2);
+  lua_pushcfunction(L_, luaRefText);
+  lua_setfield(L_, -2, "__tostring");
+  lua_pushstring(L_, "chunk");  // getmetatable(ref) gives this, not the table
+  lua_setfield(L_, -2, "__metatable");
+  refMeta_ = luaL_ref(L_, LUA_REGISTRYINDEX);
   return true;
 }
 
@@ -596,81 +439,85 @@ bool Script::cost(const Topo &t, double *steps, double *bytes, std::string *err)
          numberField("cost", "bytes", t, 1.0, bytes, err);
 }
 
-bool Script::buildRank(const Topo &t, int nchunks, int rank, int root, RankSchedule *out,
+bool Script::buildRank(const Topo &t, int nchunks, int rank, RankSchedule *out,
                        std::string *err) {
-  out->steps.clear();
+  out->steps.clear();  // keeps what the caller reserved
   out->nstages = 0;
-  BuildCtx c{op_, t.nranks, rank, root, t.ranksPerHost, nchunks, out};
+  BuildCtx c{op_, t.nranks, rank, t.ranksPerHost, nchunks, refMeta_,
+             maxStepsPerRank(t.nranks, nchunks), out};
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
   rawField(L_, -1, "build");
   lua_remove(L_, -2);
   pushBuilder(L_, &c);
-  if (!sb_->pcall(1, 0, err)) return false;
+  bool ok = sb_->pcall(1, 0, err);
+  readsRph_ = readsRph_ || c.readRph;
   out->nstages = c.stageUsed ? c.stage + 1 : c.stage;
-  return true;
+  return ok;
 }
 
 namespace {
-std::string where(const Script &s, const Topo &t, int rank, int root) {
+std::string where(const Script &s, const Topo &t, int rank) {
   std::string w = std::string("compile ") + opName(s.op()) + "/" + s.name() +
                   " nranks=" + std::to_string(t.nranks);
-  if (opIsRooted(s.op())) w += " root=" + std::to_string(root);
+  if (opIsRooted(s.op())) w += " root=0";
   if (rank >= 0) w += " rank=" + std::to_string(rank);
   return w + ": ";
 }
-
-bool checkTopo(const Script &s, const Topo &t, int root, std::string *err) {
-  if (t.nranks < 1 || t.ranksPerHost < 1 || root < 0 || root >= t.nranks) {
-    *err = where(s, t, -1, root) + "invalid nranks/ranks_per_host/root";
-    return false;
-  }
-  return true;
-}
 }  // namespace
 
-bool Script::compileRank(const Topo &t, int rank, int root, Schedule *out, std::string *err) {
-  if (!checkTopo(*this, t, root, err)) return false;
-  std::string e;
-  int n = 0;
-  if (!chunks(t, &n, &e)) {
-    *err = where(*this, t, -1, root) + e;
+// Ranks [first, first+count) into out->ranks[0..count).  Rooted ops: rank r
+// runs the root-0 build of rank (r - root) mod n, relabelled; errors name
+// the rank and root the script saw.
+bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedule *out,
+                          std::string *err) {
+  if (t.nranks < 1 || t.ranksPerHost < 1 || root < 0 || root >= t.nranks || first < 0 ||
+      first + count > t.nranks) {
+    *err = where(*this, t, -1) + "invalid nranks/ranks_per_host/root/rank";
     return false;
   }
+  std::string e;
+  int nchunks = 0;
+  if (!chunks(t, &nchunks, &e)) {
+    *err = where(*this, t, -1) + e;
+    return false;
+  }
+  int shift = opIsRooted(op_) ? root : 0;
   out->op = op_;
   out->algo = name_;
   out->nranks = t.nranks;
-  out->root = opIsRooted(op_) ? root : 0;
-  out->chunks = n;
-  out->ranks.assign(1, RankSchedule{});
-  if (!buildRank(t, n, rank, out->root, &out->ranks[0], &e)) {
-    *err = where(*this, t, rank, root) + e;
-    return false;
+  out->root = shift;
+  out->chunks = nchunks;
+  out->ranks.assign(count, RankSchedule{});
+  for (int i = 0; i < count; i++) {
+    int v = ((first + i - shift) % t.nranks + t.nranks) % t.nranks;
+    // One rank: built in the kept buffer, copied out at its size.  Many:
+    // ranks of one schedule add about as many steps each.
+    RankSchedule one;
+    RankSchedule &rs = count == 1 ? one : out->ranks[i];
+    if (count == 1) one.steps.swap(buildBuf_);
+    else if (i > 0) rs.steps.reserve(out->ranks[i - 1].steps.size());
+    bool ok = buildRank(t, nchunks, v, &rs, &e);
+    if (count == 1) {
+      out->ranks[0].steps.assign(rs.steps.begin(), rs.steps.end());
+      out->ranks[0].nstages = rs.nstages;
+      buildBuf_.swap(one.steps);
+    }
+    if (!ok) {
+      *err = where(*this, t, v) + e;
+      return false;
+    }
+    if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i]);
   }
+  if (count > 1) lua_gc(L_, LUA_GCCOLLECT, 0);
   return true;
+}
+
+bool Script::compileRank(const Topo &t, int rank, int root, Schedule *out, std::string *err) {
+  return compileRanks(t, root, rank, 1, out, err);
 }
 
 bool Script::compileAll(const Topo &t, int root, Schedule *out, std::string *err) {
-  if (!checkTopo(*this, t, root, err)) return false;
-  std::string e;
-  int n = 0;
-  if (!chunks(t, &n, &e)) {
-    *err = where(*this, t, -1, root) + e;
-    return false;
-  }
-  out->op = op_;
-  out->algo = name_;
-  out->nranks = t.nranks;
-  out->root = opIsRooted(op_) ? root : 0;
-  out->chunks = n;
-  out->ranks.assign(t.nranks, RankSchedule{});
-  for (int r = 0; r < t.nranks; r++) {
-    if (!buildRank(t, n, r, out->root, &out->ranks[r], &e)) {
-      *err = where(*this, t, r, root) + e;
-      return false;
-    }
-  }
-  lua_gc(L_, LUA_GCCOLLECT, 0);
-  return true;
+  return compileRanks(t, root, 0, t.nranks, out, err);
 }
 
 }  // namespace flagcx

@@ -1,59 +1,34 @@
-// An algorithm script (algos/<op>/<name>.lua) loaded in a LuaJIT sandbox,
-// and the compiler that runs its build(s) into the IR of ir.h.
+// An algorithm script (algos/<op>/<name>.lua) loaded in a LuaJIT sandbox
+// (sandbox.h), and the compiler that runs its build(s) into the IR of ir.h.
 //
-// Sandbox: a private lua_State per script with a memory cap (custom
-// allocator), the JIT off (so the count hook that enforces the instruction
-// budget always fires), and only base/table/string/math/bit opened, less
-// every base function that reaches files or compiles code (dofile, load,
-// loadfile, loadstring, require, module, collectgarbage, getfenv, setfenv,
-// string.dump).  `print` writes to the log (TRACE, INIT).
+// Rooted ops (broadcast, reduce, gather, scatter) are always built for root 0
+// (the script sees s.root == 0) and moved to the call's root by relabelling
+// (ir_names.h: relabelRoot): rank r runs what rank (r - root) mod n runs for
+// root 0.  One verified root-0 schedule thus stands for every root.
 //
-// Errors are returned as text: Lua errors read "path:line: message".
+// Cost: compiling one rank runs its build once; time and memory are
+// proportional to the steps it adds (each step is a 28-byte Step, built in a
+// buffer the script keeps and copied out at its size; chunk references are
+// 8-byte userdata the Lua collector reclaims).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sched/ir.h"
+#include "sched/sandbox.h"
 
 struct lua_State;
 
 namespace flagcx {
-
-struct ScriptLimits {
-  size_t memoryBytes = size_t(64) << 20;    // per script state
-  uint64_t instructions = 200'000'000;      // per entry into the script
-  double seconds = 5.0;                     // wall clock per entry into the script
-};
 
 // What a schedule is compiled for.  ranksPerHost is exposed to scripts as
 // s.ranks_per_host (ranks numbered host by host).
 struct Topo {
   int nranks = 1;
   int ranksPerHost = 1;
-};
-
-// A bare sandboxed Lua state (also used for the tuning policy).
-class Sandbox {
- public:
-  static bool create(const std::string &path, const ScriptLimits &limits,
-                     std::unique_ptr<Sandbox> *out, std::string *err);
-  ~Sandbox();
-  lua_State *L() const { return L_; }
-  const std::string &path() const;
-  // Loads Lua source (never bytecode) as chunk "@path" and runs it, leaving
-  // `nresults` values on the stack.
-  bool run(const std::string &text, int nresults, std::string *err);
-  // lua_pcall with a fresh instruction budget; errors read "path:line: msg".
-  bool pcall(int nargs, int nresults, std::string *err);
-
-  struct State;  // allocator accounting and budget, shared with the hooks
-
- private:
-  Sandbox() = default;
-  std::unique_ptr<State> state_;
-  lua_State *L_ = nullptr;
 };
 
 class Script {
@@ -91,19 +66,33 @@ class Script {
   // Every rank's schedule (out->ranks[r] for rank r), for the verifier.
   bool compileAll(const Topo &t, int root, Schedule *out, std::string *err);
 
+  // Whether any build so far read s.ranks_per_host.  When none did, and
+  // chunks() does not change with ranks_per_host, a schedule compiled at one
+  // ranks_per_host is the schedule at every other (flagcx-algo verify uses
+  // this to skip repeats).
+  bool readsRanksPerHost() const { return readsRph_; }
+  // The script's Lua state: memory now and at its peak, in bytes.
+  size_t luaBytes() const { return sb_->memoryBytes(); }
+  // The step buffer one-rank compiles build into (kept for the next one).
+  size_t bufferBytes() const { return buildBuf_.capacity() * sizeof(Step); }
+  size_t luaPeakBytes() const { return sb_->peakMemoryBytes(); }
 
  private:
   Script() = default;
   bool init(const std::string &chunkName, const std::string &text, std::string *err);
   bool callField(const char *field, const Topo &t, int nresults, std::string *err);
-  bool buildRank(const Topo &t, int nchunks, int rank, int root, RankSchedule *out,
-                 std::string *err);
+  bool compileRanks(const Topo &t, int root, int first, int count, Schedule *out,
+                    std::string *err);
+  bool buildRank(const Topo &t, int nchunks, int rank, RankSchedule *out, std::string *err);
   bool numberField(const char *table, const char *field, const Topo &t, double def, double *v,
                    std::string *err);
 
   std::unique_ptr<Sandbox> sb_;
   lua_State *L_ = nullptr;
   int tableRef_ = -1;
+  int refMeta_ = -1;  // the metatable of chunk references
+  bool readsRph_ = false;
+  std::vector<Step> buildBuf_;  // one-rank compiles: built here, copied out at size
   std::string path_, name_, description_, requirements_;
   OpKind op_ = OpKind::Count;
 };

@@ -1,8 +1,6 @@
 // Tuning rules (YAML), the Lua policy, FLAGCX_ALGO and the alpha-beta model.
 #include "sched/tuner.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -17,14 +15,9 @@ extern "C" {
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "sched/yaml_ops.h"
 
 namespace flagcx {
-
-namespace {
-std::string at(const std::string &file, const YAML::Mark &m) {
-  return m.line < 0 ? file + ": " : file + ":" + std::to_string(m.line + 1) + ": ";
-}
-}  // namespace
 
 bool parseByteSize(const std::string &s0, uint64_t *out) {
   std::string s;
@@ -58,97 +51,76 @@ bool parseByteSize(const std::string &s0, uint64_t *out) {
   return true;
 }
 
+namespace {
+// One key of a rule; errors name the file, line, key and value.
+bool parseRuleKey(const std::string &name, const std::string &key,
+                  const std::pair<YAML::Node, YAML::Node> &f, TuneRule *rule, std::string *err) {
+  std::string val = f.second.IsScalar() ? f.second.as<std::string>() : "";
+  auto bad = [&](const char *what) {
+    *err = yamlAt(name, f.second.Mark()) + key + ": " + what + ", got '" + val + "'";
+    return false;
+  };
+  auto toInt = [&](int *dst) {
+    try {
+      *dst = f.second.as<int>();
+    } catch (const YAML::Exception &) {
+      return bad("expected an integer");
+    }
+    if (*dst < 1) return bad("expected an integer >= 1");
+    return true;
+  };
+  if (key == "algo") {
+    if (val.empty()) return bad("expected an algorithm name");
+    rule->algo = val;
+    return true;
+  }
+  if (key == "min_bytes" || key == "max_bytes") {
+    uint64_t v;
+    if (!parseByteSize(val, &v)) return bad("expected a size such as 4096, 64K or 1M");
+    (key == "min_bytes" ? rule->minBytes : rule->maxBytes) = v;
+    return true;
+  }
+  static const struct {
+    const char *key;
+    int TuneRule::*field;
+  } ints[] = {{"min_ranks", &TuneRule::minRanks},
+              {"max_ranks", &TuneRule::maxRanks},
+              {"min_ranks_per_host", &TuneRule::minRanksPerHost},
+              {"max_ranks_per_host", &TuneRule::maxRanksPerHost},
+              {"min_hosts", &TuneRule::minHosts},
+              {"max_hosts", &TuneRule::maxHosts}};
+  for (const auto &i : ints)
+    if (key == i.key) return toInt(&(rule->*i.field));
+  *err = yamlAt(name, f.first.Mark()) + "unknown key '" + key +
+         "' (algo, min_bytes, max_bytes, min_ranks, max_ranks, min_ranks_per_host, "
+         "max_ranks_per_host, min_hosts, max_hosts)";
+  return false;
+}
+}  // namespace
+
 bool parseTuningText(const std::string &name, const std::string &text, TuningRules *out,
                      std::string *err) {
   TuningRules r;
   r.file = name;
   YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception &e) {
-    *err = at(name, e.mark) + e.msg;
-    return false;
-  }
-  if (root.IsNull()) {
-    *out = std::move(r);
-    return true;
-  }
-  if (!root.IsMap()) {
-    *err = at(name, root.Mark()) + "expected a map of op name to a list of rules";
-    return false;
-  }
-  try {
-    for (const auto &kv : root) {
-      std::string opname = kv.first.as<std::string>();
-      OpKind op;
-      if (!opFromName(opname, &op)) {
-        *err = at(name, kv.first.Mark()) + "unknown op '" + opname + "'";
-        return false;
-      }
-      if (!kv.second.IsSequence()) {
-        *err = at(name, kv.second.Mark()) + "expected a list of rules under '" + opname + "'";
-        return false;
-      }
-      for (const auto &n : kv.second) {
-        if (!n.IsMap()) {
-          *err = at(name, n.Mark()) + "a rule is a map such as {max_bytes: 64K, algo: ring}";
-          return false;
-        }
-        TuneRule rule;
-        rule.line = n.Mark().line + 1;
-        for (const auto &f : n) {
-          std::string key = f.first.as<std::string>();
-          std::string val = f.second.IsScalar() ? f.second.as<std::string>() : "";
-          auto bad = [&](const char *what) {
-            *err = at(name, f.second.Mark()) + key + ": " + what + ", got '" + val + "'";
-            return false;
-          };
-          auto toInt = [&](int *dst) {
-            try {
-              *dst = f.second.as<int>();
-            } catch (const YAML::Exception &) {
-              return bad("expected an integer");
-            }
-            if (*dst < 1) return bad("expected an integer >= 1");
-            return true;
-          };
-          if (key == "algo") {
-            if (val.empty()) return bad("expected an algorithm name");
-            rule.algo = val;
-          } else if (key == "min_bytes" || key == "max_bytes") {
-            uint64_t v;
-            if (!parseByteSize(val, &v)) return bad("expected a size such as 4096, 64K or 1M");
-            (key == "min_bytes" ? rule.minBytes : rule.maxBytes) = v;
-          } else if (key == "min_ranks") {
-            if (!toInt(&rule.minRanks)) return false;
-          } else if (key == "max_ranks") {
-            if (!toInt(&rule.maxRanks)) return false;
-          } else if (key == "min_ranks_per_host") {
-            if (!toInt(&rule.minRanksPerHost)) return false;
-          } else if (key == "max_ranks_per_host") {
-            if (!toInt(&rule.maxRanksPerHost)) return false;
-          } else if (key == "min_hosts") {
-            if (!toInt(&rule.minHosts)) return false;
-          } else if (key == "max_hosts") {
-            if (!toInt(&rule.maxHosts)) return false;
-          } else {
-            *err = at(name, f.first.Mark()) + "unknown key '" + key +
-                   "' (algo, min_bytes, max_bytes, min_ranks, max_ranks, min_ranks_per_host, "
-                   "max_ranks_per_host, min_hosts, max_hosts)";
-            return false;
-          }
-        }
-        if (rule.algo.empty()) {
-          *err = at(name, n.Mark()) + "rule without 'algo'";
-          return false;
-        }
-        r.byOp[static_cast<size_t>(op)].push_back(rule);
-      }
+  if (!yamlLoad(name, &text, "", &root, err)) return false;
+  auto entry = [&](OpKind op, const std::string &, const YAML::Node &n, std::string *e) {
+    if (!n.IsMap()) {
+      *e = yamlAt(name, n.Mark()) + "a rule is a map such as {max_bytes: 64K, algo: ring}";
+      return false;
     }
-  } catch (const YAML::Exception &e) {
-    *err = at(name, e.mark) + e.msg;
-    return false;
-  }
+    TuneRule rule;
+    rule.line = n.Mark().line + 1;
+    for (const auto &f : n)
+      if (!parseRuleKey(name, f.first.as<std::string>(), f, &rule, e)) return false;
+    if (rule.algo.empty()) {
+      *e = yamlAt(name, n.Mark()) + "rule without 'algo'";
+      return false;
+    }
+    r.byOp[static_cast<size_t>(op)].push_back(rule);
+    return true;
+  };
+  if (!forEachOpEntry(name, root, "rules", entry, err)) return false;
   *out = std::move(r);
   return true;
 }

@@ -6,7 +6,8 @@
 // their partners (rendezvous).  Messages between a directed pair of ranks
 // match in FIFO order, and a send must meet a recv/recv_reduce of a chunk of
 // the same size (checked for several element counts).  A chunk holds a
-// multiset of contributions (rank, data-space chunk); inputs start with their
+// multiset of contributions (rank, data-space chunk), kept as runs of items
+// (contrib.h) so that memory stays O(total steps); inputs start with their
 // own, outputs and scratch start unwritten.  At the end every output chunk
 // must hold exactly the op's contributions: every rank's once for a
 // reduction, the single right source for gathers, scatters, broadcasts and
@@ -25,8 +26,9 @@ namespace flagcx {
 // `s` holds every rank (s.ranks.size() == s.nranks), as compileAll makes it.
 bool verifySchedule(const Schedule &s, std::string *err);
 
-// Compiles `script` for every rank and verifies it, for every root of a
-// rooted op (0, 1, n/2 and n-1 only when nranks > 16).  When the script does
+// Compiles `script` for every rank and verifies it.  Rooted ops are built
+// for root 0 and relabelled for other roots (script.h), so the root-0
+// schedule and its relabelling to root n-1 are verified.  When the script does
 // not apply at this topology (its `requires`), returns true and sets
 // *skipped to the reason (an empty *skipped means it was verified).
 bool verifyScript(Script &script, const Topo &t, std::string *err,

@@ -15,6 +15,7 @@
 #include "base/params.h"
 #include "flagcx_paths.h"
 #include "sched/algo_set.h"
+#include "sched/ir_names.h"
 #include "sched/registry.h"
 #include "sched/script.h"
 #include "sched/tuner.h"
@@ -315,6 +316,9 @@ TEST(SchedRegistry, YamlErrorHasLine) {
   y = d.write("algos/registry.yaml", "allreduce:\n  - name: ring\nallfoo:\n  - name: x\n");
   EXPECT_FALSE(Registry::loadFrom(y, "", &reg, &err));
   EXPECT_TRUE(contains(err, y + ":3: unknown op 'allfoo'")) << err;
+  y = d.write("algos/registry.yaml", "allreduce:\n  - name: ring\n    summary: fast\n");
+  EXPECT_FALSE(Registry::loadFrom(y, "", &reg, &err));
+  EXPECT_TRUE(contains(err, y + ":3: unknown key 'summary'")) << err;
 }
 
 TEST(SchedRegistry, UserPathOverridesAndAdds) {
@@ -473,4 +477,164 @@ TEST(SchedAlgoSet, ShippedPolicyExample) {
   std::unique_ptr<AlgoSet> set;
   ASSERT_EQ(AlgoSet::create(0, 8, 4, &set), flagcxSuccess) << lastErrorText();
   EXPECT_EQ(set->selectName(OpKind::AllReduce, size_t(64) << 20, flagcxFloat32), "hierarchical");
+}
+
+// Rooted ops run every root from the root-0 build, relabelled: every root of
+// every shipped rooted script verifies, and one rank's compile at a root is
+// that rank's part of the whole relabelled schedule.
+TEST(SchedRooted, EveryRootVerifiesAfterRelabel) {
+  Registry reg;
+  std::string err;
+  ASSERT_TRUE(Registry::loadFrom(kSrc + "/algos/registry.yaml", "", &reg, &err)) << err;
+  int checked = 0;
+  for (const AlgoInfo &a : reg.all()) {
+    if (!opIsRooted(a.op)) continue;
+    std::unique_ptr<Script> s;
+    ASSERT_TRUE(Script::load(a.path, &s, &err)) << err;
+    for (int n = 1; n <= 9; n++) {
+      for (int root = 0; root < n; root++) {
+        Schedule all;
+        ASSERT_TRUE(s->compileAll(Topo{n, 1}, root, &all, &err)) << err;
+        EXPECT_EQ(all.root, root);
+        ASSERT_TRUE(verifySchedule(all, &err)) << err;
+        for (int r = 0; r < n; r++) {
+          Schedule one;
+          ASSERT_TRUE(s->compileRank(Topo{n, 1}, r, root, &one, &err)) << err;
+          ASSERT_EQ(one.ranks[0].steps.size(), all.ranks[r].steps.size());
+          for (size_t i = 0; i < one.ranks[0].steps.size(); i++)
+            ASSERT_EQ(stepText(one.ranks[0].steps[i]), stepText(all.ranks[r].steps[i]))
+                << a.path << " n=" << n << " root=" << root << " rank=" << r << " step " << i;
+        }
+        checked++;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 8 * 45);  // 8 rooted scripts, every root of n = 1..9
+}
+
+// A relabelled gather moves blocks with the root: rank r's block stays block r.
+TEST(SchedRooted, RelabelMovesBlocksAndPeers) {
+  std::unique_ptr<Script> s;
+  std::string err;
+  ASSERT_TRUE(Script::load(kSrc + "/algos/gather/linear.lua", &s, &err)) << err;
+  Schedule one;
+  ASSERT_TRUE(s->compileRank(Topo{4, 1}, 2, 2, &one, &err)) << err;  // rank 2 is the root
+  EXPECT_EQ(one.root, 2);
+  bool sawRecvFrom0 = false;
+  for (const Step &x : one.ranks[0].steps) {
+    if (x.kind == StepKind::Copy) {
+      EXPECT_EQ(x.src.buf, BufKind::Input);
+      EXPECT_EQ(x.dst.chunk, 2) << stepText(x);  // its own block, in place 2
+    }
+    if (x.kind == StepKind::Recv && x.peer == 0) {
+      sawRecvFrom0 = true;
+      EXPECT_EQ(x.dst.chunk, 0) << stepText(x);
+    }
+  }
+  EXPECT_TRUE(sawRecvFrom0);
+  ASSERT_TRUE(s->compileRank(Topo{4, 1}, 3, 2, &one, &err)) << err;
+  ASSERT_EQ(one.ranks[0].steps.size(), 1u);
+  EXPECT_EQ(stepText(one.ranks[0].steps[0]), "send input[0] -> rank 2");
+}
+
+TEST(SchedAlgoSet, RootsCompiledOnFirstUseAndEvicted) {
+  Env env;
+  env.set("FLAGCX_ALGO", "broadcast:chain,gather:binomial");
+  const int n = 13, rank = 5;
+  std::unique_ptr<AlgoSet> set;
+  ASSERT_EQ(AlgoSet::create(rank, n, 1, &set), flagcxSuccess) << lastErrorText();
+  std::unique_ptr<Script> chain, gather;
+  std::string err;
+  ASSERT_TRUE(Script::load(kSrc + "/algos/broadcast/chain.lua", &chain, &err)) << err;
+  ASSERT_TRUE(Script::load(kSrc + "/algos/gather/binomial.lua", &gather, &err)) << err;
+  // More roots than the cache keeps, twice over, in an order that evicts.
+  for (int pass = 0; pass < 2; pass++) {
+    for (int k = 0; k < n; k++) {
+      int root = (k * 5 + pass) % n;
+      for (auto [op, script] : {std::pair{OpKind::Broadcast, chain.get()},
+                                std::pair{OpKind::Gather, gather.get()}}) {
+        const Schedule *s = set->select(op, 1 << 20, flagcxFloat32, root);
+        ASSERT_NE(s, nullptr);
+        EXPECT_EQ(s->root, root);
+        Schedule want;
+        ASSERT_TRUE(script->compileRank(Topo{n, 1}, rank, root, &want, &err)) << err;
+        ASSERT_EQ(s->ranks[0].steps.size(), want.ranks[0].steps.size());
+        for (size_t i = 0; i < want.ranks[0].steps.size(); i++)
+          ASSERT_EQ(stepText(s->ranks[0].steps[i]), stepText(want.ranks[0].steps[i]));
+      }
+    }
+  }
+  EXPECT_EQ(set->select(OpKind::Broadcast, 4, flagcxFloat32, n), nullptr);
+  EXPECT_EQ(set->select(OpKind::Broadcast, 4, flagcxFloat32, -1), nullptr);
+}
+
+TEST(SchedAlgoSet, PeersAreWhatSchedulesName) {
+  Env env;
+  env.set("FLAGCX_ALGO",
+          "allreduce:ring,allgather:ring,reducescatter:ring,broadcast:chain,reduce:chain,"
+          "gather:linear,scatter:linear,alltoall:pairwise,alltoallv:pairwise");
+  const int n = 16;
+  std::unique_ptr<AlgoSet> set;
+  ASSERT_EQ(AlgoSet::create(5, n, 1, &set), flagcxSuccess) << lastErrorText();
+  EXPECT_EQ(set->peers(OpKind::AllReduce), (std::vector<int>{4, 6}));
+  EXPECT_EQ(set->peers(OpKind::Broadcast), (std::vector<int>{4, 6}));
+  EXPECT_EQ(set->peers(OpKind::Gather), (std::vector<int>{0}));  // root 0 so far
+  EXPECT_EQ(set->peers(OpKind::Barrier), (std::vector<int>{1, 3, 4, 6, 7, 9, 13}));
+  EXPECT_EQ(set->peers().size(), size_t(n - 1));  // alltoall names everybody
+  EXPECT_EQ(set->schedulePeers([](OpKind op) {
+    return op != OpKind::AlltoAll && op != OpKind::AlltoAllv && op != OpKind::Gather &&
+           op != OpKind::Scatter;
+  }),
+            (std::vector<int>{1, 3, 4, 6, 7, 9, 13}));  // ring/chain neighbours, barrier distances
+  ASSERT_NE(set->select(OpKind::Gather, 4, flagcxFloat32, 9), nullptr);
+  EXPECT_EQ(set->peers(OpKind::Gather), (std::vector<int>{0, 9}));  // and root 9 now
+  AlgoSet::Footprint f = set->footprint();
+  EXPECT_GT(f.steps, 0u);
+  EXPECT_GE(f.scheduleBytes, f.steps * sizeof(Step));
+  EXPECT_GT(f.luaBytes, 0u);  // rooted ops keep their scripts
+}
+
+TEST(SchedCompile, RanksPerHostReadIsNoticed) {
+  std::unique_ptr<Script> ring, hier;
+  std::string err;
+  ASSERT_TRUE(Script::load(kSrc + "/algos/allreduce/ring.lua", &ring, &err)) << err;
+  ASSERT_TRUE(Script::load(kSrc + "/algos/allreduce/hierarchical.lua", &hier, &err)) << err;
+  Schedule s;
+  ASSERT_TRUE(ring->compileAll(Topo{4, 2}, 0, &s, &err)) << err;
+  ASSERT_TRUE(hier->compileAll(Topo{4, 2}, 0, &s, &err)) << err;
+  EXPECT_FALSE(ring->readsRanksPerHost());
+  EXPECT_TRUE(hier->readsRanksPerHost());
+}
+
+TEST(SchedCompile, ChunkReferencesAreOpaque) {
+  std::unique_ptr<Script> s;
+  std::string err;
+  ASSERT_TRUE(Script::loadText("ref.lua", R"(
+return { name = "ref", op = "allreduce", chunks = 1,
+  build = function(s)
+    local r = s.output(0)
+    assert(tostring(r) == "output[0]", tostring(r))
+    assert(getmetatable(r) == "chunk")
+    assert(type(r) == "userdata")
+    s:copy(s.input(0), r)
+    s:send(s.rank, { buf = "output", chunk = 0 })
+  end })",
+                               &s, &err))
+      << err;
+  Schedule sch;
+  EXPECT_FALSE(s->compileRank(Topo{2, 1}, 0, 0, &sch, &err));
+  EXPECT_TRUE(contains(err, "ref.lua:9:")) << err;
+}
+
+// Registry entries name scripts only; every shipped script describes itself
+// (flagcx-algo list shows it).
+TEST(SchedRegistry, ScriptsDescribeThemselves) {
+  Registry reg;
+  std::string err;
+  ASSERT_TRUE(Registry::loadFrom(kSrc + "/algos/registry.yaml", "", &reg, &err)) << err;
+  for (const AlgoInfo &a : reg.all()) {
+    std::unique_ptr<Script> s;
+    ASSERT_TRUE(Script::load(a.path, &s, &err)) << err;
+    EXPECT_FALSE(s->description().empty()) << a.path;
+  }
 }

@@ -1,5 +1,6 @@
-// flagcx-algo: list, verify, show, draw and cost the algorithm scripts.
+// flagcx-algo: list, verify, show, draw, cost and scale the algorithm scripts.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,9 +8,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/params.h"
+#include "scale.h"
 #include "sched/ir_names.h"
 #include "sched/registry.h"
 #include "sched/script.h"
@@ -23,14 +26,17 @@ namespace {
 const char *kUsage =
     "usage: flagcx-algo COMMAND [options]\n"
     "  list                                  algorithms, ops and requirements\n"
-    "  verify FILE|OP/NAME|OP|all --nranks N[,M|A-B...] [--ranks-per-host G]\n"
-    "                                        simulate every rank (every root); exit 1 on error\n"
+    "  verify FILE|OP/NAME|OP|all --nranks N[,M|A-B...] [--ranks-per-host G] [--jobs J]\n"
+    "                                        simulate every rank; exit 1 on error (J scripts\n"
+    "                                        at once, default one per CPU)\n"
     "  show OP/NAME|FILE --nranks N [--rank R] [--root R] [--ranks-per-host G]\n"
     "                                        the step table of one rank (or all)\n"
     "  dot OP/NAME|FILE --nranks N [--root R] [--ranks-per-host G]\n"
     "                                        Graphviz DOT of the whole schedule\n"
     "  cost OP/NAME|OP --nranks N --bytes B [--ranks-per-host G] [--alpha S] [--beta S/B]\n"
     "                                        the alpha-beta estimate the tuner uses\n"
+    "  scale --nranks N[,M...] [--rank R] [--ranks-per-host G] [--repeat K] [--csv]\n"
+    "                                        one rank's init compile time, memory and peers\n"
     "Scripts come from the shipped registry and FLAGCX_ALGO_PATH; a FILE is any .lua path.\n";
 
 struct Args {
@@ -40,6 +46,9 @@ struct Args {
   bool rootGiven = false;
   uint64_t bytes = 0;
   bool bytesGiven = false;
+  bool csv = false;
+  int repeat = 3;
+  int jobs = 0;  // verify: threads (0: one per CPU)
   double alpha = kDefaultAlpha, beta = kDefaultBeta;
 };
 
@@ -104,6 +113,9 @@ Args parse(int argc, char **argv) {
       a.bytesGiven = true;
     } else if (is("--alpha")) a.alpha = std::atof(val().c_str());
     else if (is("--beta")) a.beta = std::atof(val().c_str());
+    else if (s == "--csv") a.csv = true;
+    else if (is("--repeat")) a.repeat = toInt(val(), "--repeat");
+    else if (is("--jobs") || is("-j")) a.jobs = toInt(val(), "--jobs");
     else if (s == "-h" || s == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -172,15 +184,15 @@ std::vector<int> divisors(int n) {
 
 int cmdList() {
   Registry reg = loadRegistry();
-  std::printf("%-14s %-20s %-24s %-8s %s\n", "OP", "NAME", "REQUIRES", "SOURCE", "SUMMARY");
+  std::printf("%-14s %-20s %-24s %-8s %s\n", "OP", "NAME", "REQUIRES", "SOURCE", "DESCRIPTION");
   std::string err;
   int rc = 0;
   for (const AlgoInfo &a : reg.all()) {
     std::unique_ptr<Script> s;
-    std::string req = "?", summary = a.summary;
+    std::string req = "?", summary;
     if (Script::load(a.path, &s, &err)) {
       req = s->requirements();
-      if (summary.empty()) summary = s->description();
+      summary = s->description().empty() ? "-" : s->description();
     } else {
       summary = "BROKEN: " + err;
       rc = 1;
@@ -192,39 +204,66 @@ int cmdList() {
   return rc;
 }
 
+// One script at every --nranks (every ranks-per-host that divides it unless
+// one is given): its report line(s), and whether it failed.
+bool verifyOne(Loaded &l, const Args &a, std::string *report) {
+  std::string okList, skipList;
+  for (int n : a.nranks) {
+    std::vector<int> groups = a.rph ? std::vector<int>{a.rph} : divisors(n);
+    int verified = 0, firstChunks = -1;
+    std::string lastSkip;
+    for (int g : groups) {
+      if (g > n) continue;
+      std::string err, skipped;
+      Topo t{n, g};
+      // A script that never read s.ranks_per_host and whose chunks(n, g)
+      // does not change builds the same schedule at every g: once is enough.
+      int nchunks = 0;
+      if (verified && !l.script->readsRanksPerHost() && l.script->supports(t, &skipped) &&
+          l.script->chunks(t, &nchunks, &err) && nchunks == firstChunks)
+        continue;
+      if (!verifyScript(*l.script, t, &err, &skipped)) {
+        *report = "FAIL " + l.label + "\n  " + err + "\n";
+        return false;
+      }
+      if (skipped.empty()) {
+        if (!verified++) l.script->chunks(t, &firstChunks, &err);
+      } else {
+        lastSkip = skipped;
+      }
+    }
+    std::string ns = std::to_string(n);
+    if (verified) okList += (okList.empty() ? "" : ",") + ns;
+    else skipList += " " + ns + " (" + lastSkip + ")";
+  }
+  char head[64];
+  std::snprintf(head, sizeof(head), "ok   %-32s nranks ", l.label.c_str());
+  *report = head + (okList.empty() ? "-" : okList) +
+            (skipList.empty() ? "" : "; not applicable at" + skipList) + "\n";
+  return true;
+}
+
+// Scripts are independent (a Lua state each): verified on --jobs threads,
+// reported in order.
 int cmdVerify(const Args &a) {
   if (a.nranks.empty()) die("verify needs --nranks N[,M...]");
   std::vector<Loaded> scripts = resolve(a.target, true);
+  std::vector<std::string> reports(scripts.size());
+  std::vector<char> ok(scripts.size(), 0);
+  std::atomic<size_t> next{0};
+  auto worker = [&]() {
+    for (size_t i; (i = next.fetch_add(1)) < scripts.size();)
+      ok[i] = verifyOne(scripts[i], a, &reports[i]);
+  };
+  int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int j = 1; j < jobs && static_cast<size_t>(j) < scripts.size(); j++) pool.emplace_back(worker);
+  worker();
+  for (auto &t : pool) t.join();
   int failures = 0;
-  for (Loaded &l : scripts) {
-    std::string okList, skipList;
-    bool failed = false;
-    for (int n : a.nranks) {
-      std::vector<int> groups = a.rph ? std::vector<int>{a.rph} : divisors(n);
-      int verified = 0;
-      std::string lastSkip;
-      for (int g : groups) {
-        if (g > n) continue;
-        std::string err, skipped;
-        if (!verifyScript(*l.script, Topo{n, g}, &err, &skipped)) {
-          std::printf("FAIL %s\n  %s\n", l.label.c_str(), err.c_str());
-          failed = true;
-          break;
-        }
-        if (skipped.empty()) verified++;
-        else lastSkip = skipped;
-      }
-      if (failed) break;
-      std::string ns = std::to_string(n);
-      if (verified) okList += (okList.empty() ? "" : ",") + ns;
-      else skipList += " " + ns + " (" + lastSkip + ")";
-    }
-    if (failed) {
-      failures++;
-      continue;
-    }
-    std::printf("ok   %-32s nranks %s%s%s\n", l.label.c_str(), okList.empty() ? "-" : okList.c_str(),
-                skipList.empty() ? "" : "; not applicable at", skipList.c_str());
+  for (size_t i = 0; i < scripts.size(); i++) {
+    std::fputs(reports[i].c_str(), stdout);
+    failures += !ok[i];
   }
   return failures ? 1 : 0;
 }
@@ -355,6 +394,10 @@ int main(int argc, char **argv) {
   if (a.cmd == "show") return cmdShow(a);
   if (a.cmd == "dot") return cmdDot(a);
   if (a.cmd == "cost") return cmdCost(a);
+  if (a.cmd == "scale") {
+    if (a.nranks.empty()) die("scale needs --nranks N[,M...]");
+    return flagcx_algo::cmdScale(a.nranks, a.rank, a.rph, a.repeat, a.csv);
+  }
   if (a.cmd == "help" || a.cmd == "-h" || a.cmd == "--help") {
     std::fputs(kUsage, stdout);
     return 0;
