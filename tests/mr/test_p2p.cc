@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "harness.h"
+#include "tests/common/harness.h"
 
 namespace {
 
@@ -21,8 +21,8 @@ std::string name(const testing::TestParamInfo<Param> &p) {
   return std::to_string(p.param.nranks) + "ranks_" + (p.param.shm ? "shm" : "socket");
 }
 
-mr::Env envFor(bool shm) {
-  mr::Env e;
+harness::Env envFor(bool shm) {
+  harness::Env e;
   e.vars = {{"FLAGCX_SHM_DISABLE", shm ? "0" : "1"}, {"FLAGCX_TIMEOUT", "60"}};
   return e;
 }
@@ -30,7 +30,7 @@ mr::Env envFor(bool shm) {
 class P2P : public testing::TestWithParam<Param> {};
 
 TEST_P(P2P, InitDestroy) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     int n = -1, r = -1;
@@ -46,7 +46,7 @@ TEST_P(P2P, InitDestroy) {
 // Each rank sends to rank+1 and receives from rank-1, in one group, for
 // every size; then the same with the receive posted first.
 TEST_P(P2P, RingAllSizes) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     const size_t sizes[] = {0, 1, 4095, (1u << 20) + 3, 64u << 20};
@@ -79,7 +79,7 @@ TEST_P(P2P, RingAllSizes) {
 // Every rank exchanges with every other rank (and itself) in one group, on a
 // stream, posting in a rank-dependent order.
 TEST_P(P2P, AllPairsGroupOnStream) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxDeviceHandle_t dev;
     RANK_OK(flagcxDeviceHandleInit(&dev));
     flagcxComm_t comm;
@@ -116,7 +116,7 @@ TEST_P(P2P, AllPairsGroupOnStream) {
 // More messages to one peer than a Conn takes at once, every send posted
 // before any receive on both sides: posting must not starve the receives.
 TEST_P(P2P, ManyMessagesSendsFirst) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     const int kMsgs = 600;
