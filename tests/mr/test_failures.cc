@@ -62,7 +62,9 @@ TEST(Failures, RankNeverArrives) {
     RANK_CHECK(r != flagcxSuccess, "init without rank 2 succeeded");
     RANK_CHECK(secs < 3 + 5, "took %.1f s", secs);
     std::string err = flagcxGetLastError(nullptr);
-    RANK_CHECK(err.find("2") != std::string::npos, "error does not name rank 2: %s", err.c_str());
+    // The bootstrap root's words, naming exactly the missing rank.
+    RANK_CHECK(err.find("rank(s) 2 never arrived") != std::string::npos,
+               "error does not name rank 2 as the missing one: %s", err.c_str());
     return 0;
   }, env, 60);
   EXPECT_TRUE(res.allOk()) << res.describe();
