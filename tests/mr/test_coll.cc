@@ -4,7 +4,10 @@
 // `full` suite) widens every axis.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -452,6 +455,144 @@ TEST(Clusters, BadSplitListFailsInitEverywhere) {
     EXPECT_TRUE(res.allOk()) << "variant " << variant << ": " << res.describe();
   }
   unsetenv("FLAGCX_CLUSTER_SPLIT_LIST");
+}
+
+}  // namespace
+
+namespace {
+
+// The test data's promises (tools/perf/data.h), for every rank count and
+// count the tests use: no two blocks of one buffer are equal (a scatter or
+// an alltoall that hands out the wrong block is caught), and from 16
+// elements on every rank holds the largest and the smallest value somewhere
+// (a max or a min that returns one rank's value is caught).
+TEST(Pattern, EveryRankWinsAndBlocksDiffer) {
+  for (int n = 2; n <= 8; n++)
+    for (size_t count : {size_t{1}, size_t{7}, size_t{16}, size_t{1000}, size_t{4099}, kBigCount,
+                         (size_t{1} << 20) + 3}) {
+      std::vector<std::vector<unsigned>> blocks(static_cast<size_t>(n));
+      for (int k = 0; k < n; k++)
+        for (size_t i = 0; i < count; i++)
+          blocks[static_cast<size_t>(k)].push_back(perf::patternKey(static_cast<size_t>(k) * count + i));
+      for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+          EXPECT_NE(blocks[static_cast<size_t>(a)], blocks[static_cast<size_t>(b)])
+              << "blocks " << a << " and " << b << " of " << n << " at count " << count;
+      if (count < 16) continue;
+      for (int r = 0; r < n; r++) {
+        bool winsMax = false, winsMin = false;
+        for (size_t i = 0; i < count && !(winsMax && winsMin); i++) {
+          double mine = perf::sourceValue(r, i, flagcxMax), hi = mine, lo = mine;
+          for (int q = 0; q < n; q++) {
+            double v = perf::sourceValue(q, i, flagcxMax);
+            hi = std::max(hi, v);
+            lo = std::min(lo, v);
+            if (q != r) EXPECT_NE(v, mine) << "ranks " << q << " and " << r << " tie at " << i;
+          }
+          winsMax = winsMax || mine == hi;
+          winsMin = winsMin || mine == lo;
+        }
+        EXPECT_TRUE(winsMax && winsMin) << "rank " << r << " of " << n << " at count " << count
+                                        << ": wins max " << winsMax << ", min " << winsMin;
+      }
+    }
+}
+
+// Several collectives and a send/recv ring posted in one group (with a
+// nested group inside), on a stream: all complete, every result right.
+int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
+  flagcxDeviceHandle_t dev;
+  RANK_OK(flagcxDeviceHandleInit(&dev));
+  flagcxComm_t comm;
+  RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
+  flagcxStream_t stream;
+  RANK_OK(dev->streamCreate(&stream));
+  const size_t cnt = 4099, n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
+  std::vector<std::array<double, perf::kKeys>> src(n);
+  for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), flagcxFloat32, flagcxMax, src[p].data());
+  std::array<double, perf::kKeys> maxT, sumT;
+  perf::reducedTable(nranks, flagcxFloat32, flagcxMax, maxT.data());
+  perf::reducedTable(nranks, flagcxInt32, flagcxSum, sumT.data());
+  std::vector<float> in(cnt * n), arOut(cnt, -1), agOut(cnt * n, -1), bcOut(cnt, -1), ring(cnt, -1);
+  std::vector<int32_t> inI(cnt * n), rsOut(cnt, -1);
+  for (size_t i = 0; i < in.size(); i++) {
+    in[i] = static_cast<float>(perf::sourceValue(rank, i, flagcxMax));
+    inI[i] = static_cast<int32_t>(perf::sourceValue(rank, i, flagcxSum));
+  }
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks, root = nranks - 1;
+  RANK_OK(flagcxGroupStart(comm));
+  RANK_OK(flagcxAllReduce(in.data(), arOut.data(), cnt, flagcxFloat32, flagcxMax, comm, stream));
+  RANK_OK(flagcxAllGather(in.data(), agOut.data(), cnt, flagcxFloat32, comm, stream));
+  RANK_OK(flagcxGroupStart(comm));  // groups nest
+  RANK_OK(flagcxBroadcast(in.data(), bcOut.data(), cnt, flagcxFloat32, root, comm, stream));
+  RANK_OK(flagcxReduceScatter(inI.data(), rsOut.data(), cnt, flagcxInt32, flagcxSum, comm, stream));
+  RANK_OK(flagcxGroupEnd(comm));
+  RANK_OK(flagcxSend(in.data(), cnt, flagcxFloat32, next, comm, stream));
+  RANK_OK(flagcxRecv(ring.data(), cnt, flagcxFloat32, prev, comm, stream));
+  RANK_OK(flagcxGroupEnd(comm));
+  RANK_OK(dev->streamSynchronize(stream));
+  for (size_t i = 0; i < cnt; i++) {
+    unsigned k = perf::patternKey(i);
+    RANK_CHECK(arOut[i] == maxT[k], "allreduce(max) [%zu] = %g, want %g", i, arOut[i], maxT[k]);
+    RANK_CHECK(bcOut[i] == src[static_cast<size_t>(root)][k], "broadcast [%zu] = %g", i, bcOut[i]);
+    RANK_CHECK(ring[i] == src[static_cast<size_t>(prev)][k], "recv [%zu] = %g", i, ring[i]);
+    unsigned kr = perf::patternKey(r * cnt + i);
+    RANK_CHECK(rsOut[i] == sumT[kr], "reducescatter [%zu] = %d, want %g", i, rsOut[i], sumT[kr]);
+    for (size_t p = 0; p < n; p++)
+      RANK_CHECK(agOut[p * cnt + i] == src[p][k], "allgather [%zu][%zu] = %g", p, i, agOut[p * cnt + i]);
+  }
+  RANK_OK(dev->streamDestroy(stream));
+  RANK_OK(flagcxCommDestroy(comm));
+  RANK_OK(flagcxDeviceHandleFree(dev));
+  return 0;
+}
+
+TEST(Grouped, CollectivesAndSendRecvInOneGroup) {
+  for (auto [nranks, sockets] : {std::pair{3, false}, std::pair{4, true}}) {
+    harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", sockets ? "1" : "0"}}};
+    auto res = harness::run(nranks, groupedBody, env, 120);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks" << (sockets ? " (sockets)" : "") << ": "
+                             << res.failures();
+  }
+}
+
+// Barrier by what it promises: no rank leaves before the last one has
+// entered.  Each round a different rank arrives last (it sleeps first);
+// every rank counts itself in through shared memory before its barrier and
+// checks the count when the barrier returns.
+TEST(Barrier, NoRankLeavesBeforeTheLastEnters) {
+  constexpr int kRounds = 6;
+  struct Shared {
+    std::atomic<int> entered[kRounds];
+  };
+  for (auto [nranks, sockets] : {std::pair{2, false}, std::pair{3, false}, std::pair{5, false},
+                                 std::pair{4, true}}) {
+    Shared *sh = harness::sharedBlock<Shared>();
+    harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", sockets ? "1" : "0"}}};
+    auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+      flagcxDeviceHandle_t dev;
+      RANK_OK(flagcxDeviceHandleInit(&dev));
+      flagcxComm_t comm;
+      RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+      flagcxStream_t stream;
+      RANK_OK(dev->streamCreate(&stream));
+      for (int k = 0; k < kRounds; k++) {
+        if (rank == k % n) usleep(50000);  // this round's latecomer
+        sh->entered[k]++;
+        RANK_OK(flagcxBarrier(comm, stream));
+        RANK_OK(dev->streamSynchronize(stream));
+        int seen = sh->entered[k].load();
+        RANK_CHECK(seen == n, "round %d: left the barrier when %d of %d ranks had entered", k, seen, n);
+      }
+      RANK_OK(dev->streamDestroy(stream));
+      RANK_OK(flagcxCommDestroy(comm));
+      RANK_OK(flagcxDeviceHandleFree(dev));
+      return 0;
+    }, env, 120);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks" << (sockets ? " (sockets)" : "") << ": "
+                             << res.failures();
+    harness::freeShared(sh);
+  }
 }
 
 }  // namespace
