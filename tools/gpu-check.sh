@@ -96,7 +96,9 @@ run_test() {  # name, command...
   local rc=${PIPESTATUS[0]}
   case $rc in
     0) result[$name]="PASS ($((SECONDS - t0)) s)" ;;
-    77) if [ "$have_gpu" = 1 ]; then
+    77) if [ "$name" = nccl-bench ] && grep -q "SKIP: cannot load" "$OUTDIR/$name.log"; then
+          result[$name]="SKIP (NCCL not loadable)"
+        elif [ "$have_gpu" = 1 ]; then
           result[$name]="FAIL (skipped as a whole on a machine with a GPU)"
         else
           result[$name]="SKIP (no GPU)"

@@ -129,6 +129,9 @@ inline void waitThreadsAsleep(int maxMs = 2000) {
   }
 }
 
+}  // namespace detail
+
+// Reads exactly n bytes from fd (a pipe between ranks); false at EOF or error.
 inline bool readAll(int fd, void *p, size_t n) {
   char *c = static_cast<char *>(p);
   while (n) {
@@ -139,8 +142,6 @@ inline bool readAll(int fd, void *p, size_t n) {
   }
   return true;
 }
-
-}  // namespace detail
 
 // Sets `env` in this process (and reloads the library's parameters) for the
 // lifetime of the object; the previous values come back after.
@@ -193,7 +194,7 @@ inline Result run(int nranks, const Body &body, const Env &env = {}, int deadlin
       flagcx::logReinit();
       flagcx::logSetRank(r);
       flagcxUniqueId id;
-      if (!detail::readAll(fds[0], &id, sizeof(id))) _exit(kNoId);
+      if (!readAll(fds[0], &id, sizeof(id))) _exit(kNoId);
       close(fds[0]);
       int rc = body(r, nranks, &id);
       fflush(stdout);
@@ -250,6 +251,26 @@ inline Result run(int nranks, const Body &body, const Env &env = {}, int deadlin
   }
   return res;
 }
+
+// Inside a rank body: a communicator and a stream of the device handle.
+struct CommOnStream {
+  flagcxDeviceHandle_t dev = nullptr;
+  flagcxComm_t comm = nullptr;
+  flagcxStream_t stream = nullptr;
+  flagcxResult_t open(int rank, int nranks, flagcxUniqueId *id) {
+    flagcxResult_t r = flagcxDeviceHandleInit(&dev);
+    if (r == flagcxSuccess) r = flagcxCommInitRank(&comm, nranks, id, rank);
+    if (r == flagcxSuccess) r = dev->streamCreate(&stream);
+    return r;
+  }
+  flagcxResult_t sync() { return dev->streamSynchronize(stream); }
+  flagcxResult_t close() {
+    flagcxResult_t r = dev->streamDestroy(stream);
+    if (r == flagcxSuccess) r = flagcxCommDestroy(comm);
+    if (r == flagcxSuccess) r = flagcxDeviceHandleFree(dev);
+    return r;
+  }
+};
 
 }  // namespace harness
 

@@ -37,17 +37,6 @@ bool ncclLoadable() {
 
 // ---------- IPC between two processes ----------
 
-bool readAll(int fd, void *p, size_t n) {
-  char *c = static_cast<char *>(p);
-  while (n) {
-    ssize_t r = read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 int ipcOwner(int toPeer, int fromPeer) {
   flagcxDeviceHandle_t h;
   RANK_OK(flagcxDeviceHandleInit(&h));
@@ -63,7 +52,7 @@ int ipcOwner(int toPeer, int fromPeer) {
   RANK_CHECK(write(toPeer, &sz, sizeof(sz)) == sizeof(sz), "write");
   RANK_CHECK(write(toPeer, ih, sz) == static_cast<ssize_t>(sz), "write");
   char ack = 0;
-  RANK_CHECK(readAll(fromPeer, &ack, 1) && ack == 'k', "peer did not finish");
+  RANK_CHECK(harness::readAll(fromPeer, &ack, 1) && ack == 'k', "peer did not finish");
   std::vector<char> back(bytes);
   RANK_OK(h->deviceMemcpy(back.data(), d, bytes, flagcxMemcpyDeviceToHost, nullptr));
   for (size_t i = 0; i < bytes; i++) {
@@ -81,12 +70,12 @@ int ipcPeer(int fromOwner, int toOwner) {
   RANK_OK(flagcxDeviceHandleInit(&h));
   RANK_OK(h->setDevice(0));
   size_t sz = 0;
-  RANK_CHECK(readAll(fromOwner, &sz, sizeof(sz)), "read size");
+  RANK_CHECK(harness::readAll(fromOwner, &sz, sizeof(sz)), "read size");
   flagcxIpcMemHandle_t ih;
   size_t mySz = 0;
   RANK_OK(h->ipcMemHandleCreate(&ih, &mySz));
   RANK_CHECK(sz == mySz, "handle size %zu vs %zu", sz, mySz);
-  RANK_CHECK(readAll(fromOwner, ih, sz), "read handle");
+  RANK_CHECK(harness::readAll(fromOwner, ih, sz), "read handle");
   void *p = nullptr;
   RANK_OK(h->ipcMemHandleOpen(ih, &p));
   const size_t span = 64 << 10;

@@ -501,12 +501,10 @@ TEST(Pattern, EveryRankWinsAndBlocksDiffer) {
 // Several collectives and a send/recv ring posted in one group (with a
 // nested group inside), on a stream: all complete, every result right.
 int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
-  flagcxDeviceHandle_t dev;
-  RANK_OK(flagcxDeviceHandleInit(&dev));
-  flagcxComm_t comm;
-  RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
-  flagcxStream_t stream;
-  RANK_OK(dev->streamCreate(&stream));
+  harness::CommOnStream cs;
+  RANK_OK(cs.open(rank, nranks, id));
+  flagcxComm_t comm = cs.comm;
+  flagcxStream_t stream = cs.stream;
   const size_t cnt = 4099, n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
   std::vector<std::array<double, perf::kKeys>> src(n);
   for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), flagcxFloat32, flagcxMax, src[p].data());
@@ -530,7 +528,7 @@ int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
   RANK_OK(flagcxSend(in.data(), cnt, flagcxFloat32, next, comm, stream));
   RANK_OK(flagcxRecv(ring.data(), cnt, flagcxFloat32, prev, comm, stream));
   RANK_OK(flagcxGroupEnd(comm));
-  RANK_OK(dev->streamSynchronize(stream));
+  RANK_OK(cs.sync());
   for (size_t i = 0; i < cnt; i++) {
     unsigned k = perf::patternKey(i);
     RANK_CHECK(arOut[i] == maxT[k], "allreduce(max) [%zu] = %g, want %g", i, arOut[i], maxT[k]);
@@ -541,9 +539,7 @@ int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
     for (size_t p = 0; p < n; p++)
       RANK_CHECK(agOut[p * cnt + i] == src[p][k], "allgather [%zu][%zu] = %g", p, i, agOut[p * cnt + i]);
   }
-  RANK_OK(dev->streamDestroy(stream));
-  RANK_OK(flagcxCommDestroy(comm));
-  RANK_OK(flagcxDeviceHandleFree(dev));
+  RANK_OK(cs.close());
   return 0;
 }
 
@@ -570,23 +566,17 @@ TEST(Barrier, NoRankLeavesBeforeTheLastEnters) {
     Shared *sh = harness::sharedBlock<Shared>();
     harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", sockets ? "1" : "0"}}};
     auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
-      flagcxDeviceHandle_t dev;
-      RANK_OK(flagcxDeviceHandleInit(&dev));
-      flagcxComm_t comm;
-      RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
-      flagcxStream_t stream;
-      RANK_OK(dev->streamCreate(&stream));
+      harness::CommOnStream cs;
+      RANK_OK(cs.open(rank, n, id));
       for (int k = 0; k < kRounds; k++) {
         if (rank == k % n) usleep(50000);  // this round's latecomer
         sh->entered[k]++;
-        RANK_OK(flagcxBarrier(comm, stream));
-        RANK_OK(dev->streamSynchronize(stream));
+        RANK_OK(flagcxBarrier(cs.comm, cs.stream));
+        RANK_OK(cs.sync());
         int seen = sh->entered[k].load();
         RANK_CHECK(seen == n, "round %d: left the barrier when %d of %d ranks had entered", k, seen, n);
       }
-      RANK_OK(dev->streamDestroy(stream));
-      RANK_OK(flagcxCommDestroy(comm));
-      RANK_OK(flagcxDeviceHandleFree(dev));
+      RANK_OK(cs.close());
       return 0;
     }, env, 120);
     EXPECT_TRUE(res.allOk()) << nranks << " ranks" << (sockets ? " (sockets)" : "") << ": "

@@ -80,12 +80,10 @@ TEST_P(P2P, RingAllSizes) {
 // stream, posting in a rank-dependent order.
 TEST_P(P2P, AllPairsGroupOnStream) {
   auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
-    flagcxDeviceHandle_t dev;
-    RANK_OK(flagcxDeviceHandleInit(&dev));
-    flagcxComm_t comm;
-    RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
-    flagcxStream_t stream;
-    RANK_OK(dev->streamCreate(&stream));
+    harness::CommOnStream cs;
+    RANK_OK(cs.open(rank, nranks, id));
+    flagcxComm_t comm = cs.comm;
+    flagcxStream_t stream = cs.stream;
     const size_t sz = 100000 + static_cast<size_t>(rank);  // sizes differ per sender
     std::vector<std::vector<uint8_t>> out(static_cast<size_t>(nranks)), in(static_cast<size_t>(nranks));
     for (int p = 0; p < nranks; p++) {
@@ -101,13 +99,11 @@ TEST_P(P2P, AllPairsGroupOnStream) {
       RANK_OK(flagcxSend(out[static_cast<size_t>(p)].data(), sz, flagcxUint8, p, comm, stream));
     }
     RANK_OK(flagcxGroupEnd(comm));
-    RANK_OK(dev->streamSynchronize(stream));
+    RANK_OK(cs.sync());
     for (int p = 0; p < nranks; p++)
       for (size_t i = 0; i < in[static_cast<size_t>(p)].size(); i++)
         RANK_CHECK(in[static_cast<size_t>(p)][i] == pattern(p, rank, i), "from %d byte %zu", p, i);
-    RANK_OK(dev->streamDestroy(stream));
-    RANK_OK(flagcxCommDestroy(comm));
-    RANK_OK(flagcxDeviceHandleFree(dev));
+    RANK_OK(cs.close());
     return 0;
   }, envFor(GetParam().shm));
   EXPECT_TRUE(res.allOk()) << res.describe();
