@@ -333,7 +333,7 @@ TEST_P(Matrix, Run) {
   for (int nranks : nrankList) {
     harness::Env env;
     env.vars = {{"FLAGCX_ALGO", std::string(flagcx::opName(c.op)) + ":" + c.algo},
-                {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", "65536"},
+                {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", std::to_string(kChunk)},
                 // Vary the data path with the rank count: 2 channels at 3
                 // ranks, sockets at 4 (and 8), single-copy shm reads
                 // (FLAGCX_SHM_PULL=1) at 5 (and 7), the shm ring otherwise.
@@ -487,7 +487,9 @@ TEST(Pattern, EveryRankWinsAndBlocksDiffer) {
             double v = perf::sourceValue(q, i, flagcxMax);
             hi = std::max(hi, v);
             lo = std::min(lo, v);
-            if (q != r) EXPECT_NE(v, mine) << "ranks " << q << " and " << r << " tie at " << i;
+            if (q != r) {
+              EXPECT_NE(v, mine) << "ranks " << q << " and " << r << " tie at " << i;
+            }
           }
           winsMax = winsMax || mine == hi;
           winsMin = winsMin || mine == lo;

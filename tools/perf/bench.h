@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -117,5 +118,13 @@ void resetRecv(Bench &b, const Layout &l, flagcxDataType_t dt);
 size_t verify(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root,
               const char *when);
 void printExcerpt(Bench &b, const Layout &l, flagcxDataType_t dt);
+
+// One flagcx call of the benchmark, enqueued on the stream (calls.cc).
+flagcxResult_t callFlagcx(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop,
+                          int root);
+// Whether MPI can run the same call (*why says why not), and the call.
+bool mpiCan(const Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red,
+            const char **why);
+void callMpi(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root);
 
 }  // namespace perf
