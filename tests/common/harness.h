@@ -274,15 +274,20 @@ struct CommOnStream {
 
 }  // namespace harness
 
-// Inside a rank body: report and fail the rank (exit code 1).
-#define RANK_CHECK(cond, ...)                                                          \
+// Inside a rank body: print which check failed, where, and why.
+#define RANK_SAY_FAILED(what, ...)                                                     \
   do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "[rank check failed] %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                                    \
-      fprintf(stderr, "\n");                                                           \
-      return 1;                                                                        \
-    }                                                                                  \
+    fprintf(stderr, "[rank check failed] %s:%d: %s: ", __FILE__, __LINE__, what);      \
+    fprintf(stderr, __VA_ARGS__);                                                      \
+    fprintf(stderr, "\n");                                                             \
+  } while (0)
+// Inside a rank body: report and fail the rank (exit code 1).
+#define RANK_CHECK(cond, ...)                    \
+  do {                                           \
+    if (!(cond)) {                               \
+      RANK_SAY_FAILED(#cond, __VA_ARGS__);       \
+      return 1;                                  \
+    }                                            \
   } while (0)
 // Inside a rank body: a flagcx call that must succeed (exit code 2).
 #define RANK_OK(call)                                                                  \
@@ -295,12 +300,10 @@ struct CommOnStream {
     }                                                                                  \
   } while (0)
 // Inside a rank body that counts its failures in `failures`: report, count, go on.
-#define RANK_EXPECT(cond, ...)                                                         \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "[rank check failed] %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                                    \
-      fprintf(stderr, "\n");                                                           \
-      failures++;                                                                      \
-    }                                                                                  \
+#define RANK_EXPECT(cond, ...)                   \
+  do {                                           \
+    if (!(cond)) {                               \
+      RANK_SAY_FAILED(#cond, __VA_ARGS__);       \
+      failures++;                                \
+    }                                            \
   } while (0)
