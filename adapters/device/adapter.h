@@ -18,10 +18,15 @@ struct StreamTask {
   void *arg;
 };
 
+// The kinds of device a rank can drive.  Ranks of different kinds make a
+// heterogeneous communicator; the value travels in the bootstrap's PeerInfo.
+enum class DeviceKind : int32_t { Host = 0, Cuda = 1 };
+
 class DeviceAdapter {
  public:
   virtual ~DeviceAdapter() = default;
   virtual const char *name() const = 0;  // "host", "cuda"
+  virtual DeviceKind kind() const = 0;
   // The public function table for this device (static storage; never freed).
   virtual flagcxDeviceHandle *handle() = 0;
 
@@ -41,7 +46,7 @@ class DeviceAdapter {
   virtual flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) = 0;
 
   // Direct exchange of device memory between processes of one host (CUDA
-  // IPC), used by the engine's direct mode (src/core/enqueue.cc).  The host
+  // IPC), used by the executor's direct mode (src/exec/direct.cc).  The host
   // adapter has none.  A reference is kIpcRefBytes of plain data naming the
   // allocation that holds a pointer and the pointer's offset in it.
   static constexpr size_t kIpcRefBytes = 96;
@@ -67,7 +72,7 @@ class DeviceAdapter {
     return reduce(dst, a, b, count, dtype, op, nullptr);
   }
   virtual flagcxResult_t flush() { return flagcxSuccess; }
-  // Pipelined host staging (src/core/enqueue.cc): page-locked host memory,
+  // Pipelined host staging (src/exec/staging.cc): page-locked host memory,
   // and marks in the private stream's order.  `mark` returns a number for
   // "everything issued so far"; `reached` says, without waiting, whether all
   // of it is done.  Defaults: the heap, and every mark already reached.
@@ -87,7 +92,11 @@ class DeviceAdapter {
 
 // The host adapter (always available).
 DeviceAdapter *hostAdapter();
-// The adapter chosen by FLAGCX_DEVICE (auto = cuda when usable, else host).
+// The CUDA adapter, in builds that have one (adapters/device/cuda); nullptr
+// when no GPU is usable here (cudaUnavailableReason() in cuda_internal.h says why).
+DeviceAdapter *cudaAdapter();
+// The adapter chosen by FLAGCX_DEVICE (auto = cuda when usable, else host);
+// nullptr, with the reason logged, when the choice cannot be honoured.
 DeviceAdapter *selectedAdapter();
 
 // Scalar-free, vectorizable reduction kernels for CPU memory (every dtype x

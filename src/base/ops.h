@@ -2,8 +2,11 @@
 // layer shares (the schedule compiler, the executor, the tag layout of the
 // transports, the vendor pass-through).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "flagcx.h"
 
 namespace flagcx {
 
@@ -15,5 +18,18 @@ const char *opName(OpKind op);              // "allreduce", ...
 bool opFromName(const std::string &s, OpKind *op);
 bool opIsRooted(OpKind op);                 // reduce, broadcast, gather, scatter
 bool opReduces(OpKind op);                  // allreduce, reduce, reducescatter
+
+// One collective call as the API received it (after its checks).  The
+// executor and the vendor pass-through both take it as it is.
+struct CollArgs {
+  OpKind op;
+  const void *send;
+  void *recv;
+  size_t count;
+  flagcxDataType_t dtype;
+  flagcxRedOp_t redop;
+  int root;
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;  // alltoallv
+};
 
 }  // namespace flagcx

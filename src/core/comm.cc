@@ -12,7 +12,6 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "adapters/ccl/ccl.h"
-#include "exec/enqueue.h"
 #include "sched/algo_set.h"
 
 namespace flagcx {
@@ -108,46 +107,6 @@ static flagcxResult_t assignClusters(flagcxComm *comm) {
   return flagcxSuccess;
 }
 
-// Direct mode (device memory read in place by same-host peers) needs every
-// rank to agree: each votes, and it is on only when all can and want it.
-static flagcxResult_t chooseDirect(flagcxComm *comm) {
-  if (comm->ccl) return flagcxSuccess;  // the same on every rank
-  bool can = comm->dev->ipcSupported() && comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
-  for (const PeerInfo &p : comm->bs->peers()) can = can && p.deviceKind == 1;
-  std::vector<int32_t> votes(static_cast<size_t>(comm->nranks), 0);
-  votes[static_cast<size_t>(comm->rank)] = can ? 1 : 0;
-  FLAGCX_CHECK(comm->bs->allgather(votes.data(), sizeof(int32_t)));
-  bool all = true;
-  for (int32_t v : votes) all = all && v == 1;
-  if (!all) return flagcxSuccess;
-  // Every rank's outbox, mapped by every peer now (small messages never map
-  // anything on the progress thread).
-  constexpr size_t kOutbox = 16 << 20;
-  DeviceAdapter *dev = comm->dev;
-  FLAGCX_CHECK(dev->prepareEngine());
-  void *ob = nullptr;
-  FLAGCX_CHECK(dev->allocDevice(&ob, kOutbox));
-  comm->outbox = static_cast<char *>(ob);
-  comm->outboxBytes = kOutbox;
-  size_t rb = DeviceAdapter::kIpcRefBytes;
-  std::vector<char> refs(rb * static_cast<size_t>(comm->nranks), 0);
-  FLAGCX_CHECK(dev->ipcExport(ob, refs.data() + rb * static_cast<size_t>(comm->rank)));
-  FLAGCX_CHECK(comm->bs->allgather(refs.data(), rb));
-  comm->peerOutbox.assign(static_cast<size_t>(comm->nranks), nullptr);
-  for (int p = 0; p < comm->nranks; p++) {
-    if (p == comm->rank) continue;
-    void *base = nullptr;
-    flagcxResult_t r = dev->ipcImportBase(refs.data() + rb * static_cast<size_t>(p), &base);
-    if (r != flagcxSuccess) {
-      WARN(kInit, "rank %d: mapping the outbox of rank %d (CUDA IPC) failed", comm->rank, p);
-      return r;
-    }
-    comm->peerOutbox[static_cast<size_t>(p)] = static_cast<char *>(base);
-  }
-  comm->direct = true;
-  return flagcxSuccess;
-}
-
 flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank) {
   DeviceAdapter *dev = selectedAdapter();
   if (!dev) {
@@ -158,17 +117,15 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   comm->rank = rank;
   comm->nranks = nranks;
   comm->dev = dev;
-  comm->staged = strcmp(dev->name(), "host") != 0;
   int64_t nch = paramInt(Param::NCHANNELS);
   comm->nchannels = static_cast<int>(nch < 1 ? 1 : nch > 16 ? 16 : nch);
   logSetRank(rank);
-  comm->flight.init(rank, nranks, static_cast<size_t>(std::max<int64_t>(1, paramInt(Param::FLIGHT_RECORDER_SIZE))));
 
   PeerInfo self;
   std::string hostName;
   self.hostHash = localHostHash(&hostName);
   self.pid = getpid();
-  self.deviceKind = strcmp(dev->name(), "host") == 0 ? 0 : 1;
+  self.deviceKind = static_cast<int32_t>(dev->kind());
   snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
   FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
   const auto &peers = comm->bs->peers();
@@ -231,14 +188,38 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
     if (equal) groupSize = nranks / comm->nclusters;
   }
   FLAGCX_CHECK(AlgoSet::create(rank, nranks, groupSize, &comm->algos));
-  FLAGCX_CHECK(makeVendorCcl(comm.get(), &comm->ccl));
-  FLAGCX_CHECK(chooseDirect(comm.get()));
+  CclContext cctx;
+  cctx.rank = rank;
+  cctx.nranks = nranks;
+  cctx.bs = comm->bs.get();
+  cctx.dev = dev;
+  cctx.homogeneous = comm->homogeneous;
+  FLAGCX_CHECK(makeVendorCcl(cctx, &comm->ccl));
+  ExecEnv env;
+  env.rank = rank;
+  env.nranks = nranks;
+  env.nchannels = comm->nchannels;
+  env.dev = dev;
+  env.bs = comm->bs.get();
+  env.conns = &comm->conns;
+  env.algos = comm->algos.get();
+  comm->exec = std::make_unique<Executor>(env);
+  if (!comm->ccl) {
+    // Device buffers read in place by same-host peers (CUDA IPC), when every
+    // rank is a CUDA rank of this host and allows it (a collective vote; the
+    // vendor decision above is the same on every rank).
+    bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
+    for (const PeerInfo &p : comm->bs->peers())
+      canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
+    FLAGCX_CHECK(comm->exec->setup(canDirect));
+  }
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
        "%zu shm peer(s), %zu socket peer(s), %d channel(s)%s", rank, nranks, dev->name(),
        self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
        sockPeers.size(), comm->nchannels,
-       comm->ccl ? ", vendor CCL" : comm->direct ? ", device buffers by CUDA IPC" : "");
+       comm->ccl ? ", vendor CCL"
+       : comm->exec->mode() == ExecMode::Direct ? ", device buffers by CUDA IPC" : "");
   {
     std::lock_guard<std::mutex> lk(g_liveMu);
     g_live.insert(comm.get());
@@ -254,69 +235,38 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
   }
   flagcxResult_t res = flagcxSuccess;
   if (abort) {
-    comm->aborting = true;
+    comm->exec->abort();
     if (comm->bs) comm->bs->abort();
   }
   // Let enqueued work finish (or fail fast when aborting) before freeing.
-  Backoff wait;
-  auto abortDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (comm->inFlight.load() > 0) {
-    if (abort ? std::chrono::steady_clock::now() > abortDeadline : wait.expired()) {
-      WARN(kInit, "rank %d: %d operation(s) still in flight at %s; freeing anyway",
-           comm->rank, comm->inFlight.load(), abort ? "abort" : "destroy");
-      res = flagcxInternalError;
-      // Leak the communicator: a stream task still references it.
-      comm->magic = 0;
-      return res;
-    }
-    wait.idle();
+  if (!comm->exec->drain()) {
+    WARN(kInit, "rank %d: %d operation(s) still in flight at %s; freeing anyway", comm->rank,
+         comm->exec->inFlight(), abort ? "abort" : "destroy");
+    // Leak the communicator: a stream task still references it.
+    comm->magic = 0;
+    return flagcxInternalError;
   }
   if (comm->ccl) {
-    flagcxResult_t r = comm->ccl->destroy(abort);
-    if (res == flagcxSuccess) res = r;
+    res = comm->ccl->destroy(abort);
     comm->ccl.reset();
   }
   comm->magic = 0;
-  freeJobs(comm);
-  for (auto &kv : comm->ipcImports) comm->dev->ipcRelease(kv.second);
-  for (char *p : comm->peerOutbox)
-    if (p) comm->dev->ipcRelease(p);
-  if (comm->outbox) comm->dev->freeDevice(comm->outbox);
-  for (flagcxComm::DevBuf *b : {&comm->dScratch, &comm->dInPlace, &comm->dInAlt, &comm->dOutAlt,
-                                &comm->dStageIn, &comm->dStageOut})
-    if (b->p.load()) comm->dev->freeDevice(b->p.load());
-  for (void *p : comm->dRetired) comm->dev->freeDevice(p);
-  for (flagcxComm::DevBuf *b : {&comm->pStageIn, &comm->pStageOut})
-    if (b->p.load()) comm->dev->freePinned(b->p.load());
-  for (void *p : comm->pRetired) comm->dev->freePinned(p);
-  delete comm;
+  delete comm;  // the executor frees its buffers and mappings
   return res;
 }
 
-flagcxResult_t commWaitTurn(flagcxComm *comm, uint64_t ticket) {
-  if (comm->doneTicket.load(std::memory_order_acquire) == ticket) return flagcxSuccess;
-  Backoff wait;
-  while (comm->doneTicket.load(std::memory_order_acquire) != ticket) {
-    if (comm->aborting) return flagcxRemoteError;
-    if (wait.expired()) {
-      WARN(kColl, "rank %d: operation #%llu waited FLAGCX_TIMEOUT for operation #%llu (on "
-           "another stream) to finish", comm->rank, static_cast<unsigned long long>(ticket),
-           static_cast<unsigned long long>(comm->doneTicket.load()));
-      return flagcxSystemError;
-    }
-    wait.idle();
-  }
-  return flagcxSuccess;
+flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream) {
+  return comm->ccl ? comm->ccl->coll(args, stream) : comm->exec->enqueueColl(args, stream);
 }
 
-void commFinishTurn(flagcxComm *comm, uint64_t ticket, flagcxResult_t res) {
-  if (res != flagcxSuccess) {
-    int expected = flagcxSuccess;
-    comm->asyncError.compare_exchange_strong(expected, res);
-    std::lock_guard<std::mutex> lk(comm->mu);
-    comm->lastError = lastErrorText();
+flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
+                       flagcxStream_t stream) {
+  if (comm->ccl) {
+    // The vendor library moves bytes; the dtype was only needed for the size.
+    return isSend ? comm->ccl->send(buf, bytes, flagcxUint8, peer, stream)
+                  : comm->ccl->recv(buf, bytes, flagcxUint8, peer, stream);
   }
-  comm->doneTicket.store(ticket + 1, std::memory_order_release);
+  return comm->exec->enqueueP2P(isSend, buf, bytes, peer, stream);
 }
 
 }  // namespace flagcx

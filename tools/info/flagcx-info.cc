@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "core/flight.h"
+#include "exec/flight.h"
 #include "base/params.h"
 #include "rendezvous/socket.h"
 #include "flagcx.h"

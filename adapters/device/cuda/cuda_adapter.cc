@@ -1,7 +1,7 @@
 // The CUDA device adapter: the flagcxDeviceHandle table on the CUDA runtime,
 // the DeviceAdapter object (reduce/divide/copy kernels, stream-ordered host
-// tasks), and cudaAdapter(), which the host adapter's FLAGCX_DEVICE choice
-// calls (it is a weak symbol there; this is its definition).
+// tasks), and cudaAdapter(), which the FLAGCX_DEVICE choice
+// (adapters/device/select.cc) calls in builds that have CUDA.
 //
 // Notes for users of the table:
 //  - getVendor writes "NVIDIA"; the device is the calling thread's current one;
@@ -180,6 +180,7 @@ class Staging {
 class CudaAdapter final : public DeviceAdapter {
  public:
   const char *name() const override { return "cuda"; }
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
   flagcxDeviceHandle *handle() override { return &g_table; }
 
   flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,

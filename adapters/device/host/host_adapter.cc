@@ -28,7 +28,6 @@ namespace flagcx {
 
 // Defined by the CUDA adapter when it is built; returns nullptr when no GPU
 // is usable.  Weak, so that a build without it links and sees nullptr.
-DeviceAdapter *cudaAdapter() __attribute__((weak));
 
 namespace {
 
@@ -270,6 +269,7 @@ bool validReduceArgs(const char *fn, flagcxDataType_t dtype, flagcxRedOp_t op, f
 class HostAdapter final : public DeviceAdapter {
  public:
   const char *name() const override { return "host"; }
+  DeviceKind kind() const override { return DeviceKind::Host; }
   flagcxDeviceHandle *handle() override { return &g_table; }
 
   flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,
@@ -313,46 +313,11 @@ class HostAdapter final : public DeviceAdapter {
   }
 };
 
-std::string lower(std::string s) {
-  for (auto &c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 DeviceAdapter *hostAdapter() {
   static HostAdapter adapter;
   return &adapter;
-}
-
-// FLAGCX_DEVICE: auto (CUDA when a CUDA adapter is built and a GPU is usable,
-// else host), host, or cuda.  nullptr when the choice cannot be honoured
-// (cuda without a usable CUDA adapter, or an unknown value): the reason is
-// logged here and recorded as the last error; the caller returns
-// flagcxInvalidUsage.
-DeviceAdapter *selectedAdapter() {
-  std::string v = lower(paramStr(Param::DEVICE));
-  if (v.empty() || v == "auto") {
-    if (cudaAdapter) {
-      if (DeviceAdapter *c = cudaAdapter()) return c;
-    }
-    return hostAdapter();
-  }
-  if (v == "host") return hostAdapter();
-  if (v == "cuda") {
-    if (cudaAdapter) {
-      if (DeviceAdapter *c = cudaAdapter()) return c;
-      (void)argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=cuda but no CUDA device is usable");
-      return nullptr;
-    }
-    (void)argError(flagcxInvalidUsage, kInit,
-                   "FLAGCX_DEVICE=cuda but this build of flagcx has no CUDA adapter "
-                   "(use FLAGCX_DEVICE=host or auto)");
-    return nullptr;
-  }
-  (void)argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=%s is not one of auto, host, cuda",
-                 paramStr(Param::DEVICE).c_str());
-  return nullptr;
 }
 
 }  // namespace flagcx

@@ -1,4 +1,4 @@
-#include "core/flight.h"
+#include "exec/flight.h"
 
 #include <chrono>
 #include <cstdio>
