@@ -12,9 +12,10 @@
 #   GPU_CHECK_BENCH_MIB=N    largest benchmark buffer in MiB (default 1024)
 #   GPU_CHECK_EXTRA_TESTS=1  also build and run the CPU quick suite
 #   GPU_CHECK_MATRIX=0       skip the engine's correctness matrix on device buffers
-#   GPU_CHECK_MATRIX_FULL=0  that matrix at the quick size (5 of the 10 dtypes,
-#                            nranks 1-5) instead of the full one (MR_FULL=1: every
-#                            dtype, nranks 1-8, a 1 Mi-element count)
+#   GPU_CHECK_MATRIX_FULL=1  that matrix at the full size (MR_FULL=1: nranks 1-8,
+#                            a 1 Mi-element count; over the device tool's 10 minutes
+#                            a command) instead of the default: the quick shape
+#                            (nranks 1-5) with all 10 dtypes (MR_DTYPES=all)
 #   GPU_CHECK_TESTS=0        skip the tests (benchmarks only)
 #   GPU_CHECK_BENCH=0        skip the benchmarks (tests only)
 #   GPU_CHECK_PREBUILT=1     use the binaries already in <builddir> (no meson,
@@ -119,17 +120,18 @@ if [ "$BENCH" = 1 ]; then
 fi
 if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
   # The engine's correctness matrix on device buffers, ranks sharing the GPU:
-  # every shipped algorithm x dtypes x ops x counts x in-place, full size by
-  # default (MR_FULL=1: all 10 dtypes, nranks 1-8, counts up to 1 Mi + 3
-  # elements).  Host staging (pipelined in 4 KiB slices, so that every message
-  # of the matrix crosses slice boundaries), then direct mode (CUDA IPC).
-  mfull=${GPU_CHECK_MATRIX_FULL:-1}
+  # every shipped algorithm x dtypes x ops x counts x in-place x roots, with
+  # all 10 dtypes (MR_DTYPES=all) at the quick shape by default, or the full
+  # matrix (GPU_CHECK_MATRIX_FULL=1: MR_FULL=1, nranks 1-8, counts up to
+  # 1 Mi + 3 elements).  Host staging (pipelined in 4 KiB slices, so that every
+  # message of the matrix crosses slice boundaries), then direct mode (CUDA IPC).
+  mfull=${GPU_CHECK_MATRIX_FULL:-0}
   mtime=$([ "$mfull" = 1 ] && echo 3600 || echo 900)
-  run_test matrix-staged env MR_FULL=$mfull MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1 \
-    FLAGCX_IPC_DISABLE=1 FLAGCX_STAGE_SLICE_SIZE=4096 timeout $mtime "$B/tests/mr/test_mr_coll" \
-    --gtest_filter='Collectives/*'
-  run_test matrix-direct env MR_FULL=$mfull MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1 \
+  run_test matrix-staged env MR_FULL=$mfull MR_DTYPES=all MR_DEVICE=cuda FLAGCX_DEVICE=cuda \
+    FLAGCX_USE_HETERO_COMM=1 FLAGCX_IPC_DISABLE=1 FLAGCX_STAGE_SLICE_SIZE=4096 \
     timeout $mtime "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
+  run_test matrix-direct env MR_FULL=$mfull MR_DTYPES=all MR_DEVICE=cuda FLAGCX_DEVICE=cuda \
+    FLAGCX_USE_HETERO_COMM=1 timeout $mtime "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
 fi
 if [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ]; then
   say "CPU quick suite"

@@ -25,6 +25,8 @@ namespace {
 using flagcx::OpKind;
 
 bool fullRun() { return getenv("MR_FULL") && strcmp(getenv("MR_FULL"), "1") == 0; }
+// MR_DTYPES=all: all 10 dtypes at the quick matrix's shape (MR_FULL implies it).
+bool allDtypes() { return fullRun() || (getenv("MR_DTYPES") && strcmp(getenv("MR_DTYPES"), "all") == 0); }
 // MR_DEVICE=cuda (tools/gpu-check.sh): buffers in device memory.
 bool deviceRun() { return getenv("MR_DEVICE") && *getenv("MR_DEVICE"); }
 
@@ -132,7 +134,7 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
   if (full) counts.push_back((1u << 20) + 3);
   else counts.push_back(4099);
   std::vector<flagcxDataType_t> dts;
-  if (full) {
+  if (allDtypes()) {
     dts = {flagcxInt8, flagcxUint8, flagcxInt32, flagcxUint32, flagcxInt64,
            flagcxUint64, flagcxFloat16, flagcxBfloat16, flagcxFloat32, flagcxFloat64};
   } else {
