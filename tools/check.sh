@@ -46,7 +46,7 @@ if [ "$asan" = 1 ]; then
 fi
 if [ "$tsan" = 1 ]; then
   # Thread: the multi-rank tests (mr-*, net-* transports, rel-*).  Ranks are
-  # forked before the rendezvous thread starts (tests/common/fork_safe.h),
+  # forked before the rendezvous thread starts (tests/common/harness.h),
   # but a test process may still hold threads of earlier tests, hence
   # die_after_fork=0.  report_thread_leaks=0: kill tests make ranks leave
   # with live communicators on purpose (their threads are never joined);

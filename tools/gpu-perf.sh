@@ -39,4 +39,4 @@ fi
 echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC'), ${launch[*]}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/   gpu: /'
 FLAGCX_DEVICE=cuda FLAGCX_DATA_DIR=$PWD "${launch[@]}" "$B/tools/perf/test_allreduce" \
-  -b 1M -e 1G -f 4 "$@"
+  -b 1M -e 1G -f 4 --repeat 3 "$@"

@@ -75,8 +75,10 @@ int main(int argc, char **argv) {
   phase("init", 30);
   DeviceAdapter *A = cudaAdapter();
   if (!A) {
-    printf("bench_cuda: SKIP: no usable CUDA GPU: %s\n", cuda::unusableReason());
-    return gputest::kSkip;
+    std::string why = cuda::unusableReason();
+    bool none = gputest::noGpuHere(why);
+    printf("bench_cuda: %s: %s\n", none ? "SKIP: no GPU here" : "FAIL: CUDA adapter unusable", why.c_str());
+    return none ? gputest::kSkip : 1;
   }
   size_t maxMiB = argc > 1 ? strtoull(argv[1], nullptr, 10) : 1024;
   flagcxDeviceHandle *H = A->handle();

@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "../mr/harness.h"
+#include "tests/common/harness.h"
 #include "adapters/device/cuda/cuda_internal.h"
 #include "gpu_common.h"
 
@@ -177,7 +177,7 @@ double handoverUs(bool twoProcs) {
   auto *result = reinterpret_cast<double *>(reinterpret_cast<char *>(turn) + 64);
   new (turn) std::atomic<int>(0);
   const int kTurns = 400;
-  mr::Result r = mr::run(twoProcs ? 2 : 1, [&](int rank, int nranks, flagcxUniqueId *) {
+  harness::Result r = harness::run(twoProcs ? 2 : 1, [&](int rank, int nranks, flagcxUniqueId *) {
     if (cudaSetDevice(0) != cudaSuccess) return 1;
     cudaStream_t s;
     void *buf = nullptr;
@@ -197,7 +197,7 @@ double handoverUs(bool twoProcs) {
     cudaFree(buf);
     cudaStreamDestroy(s);
     return 0;
-  }, mr::Env{}, 60);
+  }, harness::Env{}, 60);
   double us = r.allOk() ? *result : -1;
   munmap(turn, 4096);
   return us;
@@ -224,11 +224,11 @@ int main(int argc, char **argv) {
     bool staged = isStaged(pass), host = isHost(pass);
     int fds[2];
     if (pipe(fds) != 0) return 1;
-    mr::Env env;
+    harness::Env env;
     env.vars = {{"FLAGCX_USE_HETERO_COMM", "1"}, {"FLAGCX_IPC_DISABLE", staged ? "1" : "0"},
                 {"FLAGCX_SHM_DISABLE", overSocket(pass) ? "1" : "0"}, {"NCCL_NVLS_ENABLE", "0"}};
     size_t top = staged || host ? std::min(maxBytes, size_t(256) << 20) : maxBytes;
-    mr::Result r = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+    harness::Result r = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
       return rankBody(rank, n, id, top, pass, fds[1]);
     }, env, 580);
     close(fds[1]);

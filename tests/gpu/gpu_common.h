@@ -1,7 +1,10 @@
 // Shared by the GPU tests: whether a GPU is usable, asked without touching
 // CUDA in the calling process (a forked child probes), and the meson "skip"
-// exit code.
+// exit code.  Two cases are told apart: no GPU here (no NVIDIA device node,
+// or CUDA sees no device: skip, exit 77) and a GPU whose CUDA adapter does
+// not work (a driver/runtime error: a failure, exit 1).
 #pragma once
+#include <glob.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,12 +58,28 @@ inline bool gpuUsable(std::string *why) {
   return false;
 }
 
-// For a test main: print why and return kSkip, or 0 when a GPU is usable.
+// Is there no GPU at all, as opposed to one the adapter cannot use?  No
+// /dev/nvidia<N> node, or CUDA itself reports that no device is visible.
+inline bool noGpuHere(const std::string &why) {
+  glob_t g;
+  bool nodes = glob("/dev/nvidia[0-9]*", 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+  globfree(&g);
+  return !nodes || why.find("cudaErrorNoDevice") != std::string::npos ||
+         why.find("no CUDA device is visible") != std::string::npos;
+}
+
+// For a test main: 0 when a GPU is usable; else print why and return kSkip
+// (no GPU here) or 1 (the adapter is broken on a machine with a GPU).
 inline int skipUnlessGpu(const char *prog) {
   std::string why;
   if (gpuUsable(&why)) return 0;
-  printf("%s: SKIP: no usable CUDA GPU: %s\n", prog, why.c_str());
-  return kSkip;
+  if (noGpuHere(why)) {
+    printf("%s: SKIP: no GPU here: %s\n", prog, why.c_str());
+    return kSkip;
+  }
+  printf("%s: FAIL: this machine has an NVIDIA device but the CUDA adapter is unusable: %s\n",
+         prog, why.c_str());
+  return 1;
 }
 
 }  // namespace gputest

@@ -4,8 +4,8 @@
 //
 // This process never initializes CUDA (it would not survive fork): every
 // CUDA call happens in forked ranks.  Exits 77 (skipped) without a usable GPU.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,27 +13,29 @@
 #include <string>
 #include <vector>
 
-#include "../mr/harness.h"
+#include "tests/common/harness.h"
 #include "adapters/ccl/ccl.h"
 #include "core/comm.h"
 #include "gpu_common.h"
 
 namespace {
 
-constexpr int kNcclMissing = 77;  // a rank's exit code: NCCL not loadable there
+// Exit codes of a rank that cannot run its case here (the test skips; any
+// other nonzero code fails it).  "flagcx did not pick NCCL though NCCL loads"
+// is a failure, not one of these.
+constexpr int kNcclMissing = 60;   // NCCL not loadable (FLAGCX_NCCL_LIB)
+constexpr int kTooFewGpus = 61;    // the case needs more GPUs than are visible
 
-// ---------- IPC between two processes ----------
-
-bool readAll(int fd, void *p, size_t n) {
-  char *c = static_cast<char *>(p);
-  while (n) {
-    ssize_t r = read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
+// Whether NCCL loads in this process, the way the library loads it.
+bool ncclLoadable() {
+  const char *lib = getenv("FLAGCX_NCCL_LIB");
+  void *h = dlopen(lib && *lib ? lib : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return false;
+  dlclose(h);
   return true;
 }
+
+// ---------- IPC between two processes ----------
 
 int ipcOwner(int toPeer, int fromPeer) {
   flagcxDeviceHandle_t h;
@@ -50,7 +52,7 @@ int ipcOwner(int toPeer, int fromPeer) {
   RANK_CHECK(write(toPeer, &sz, sizeof(sz)) == sizeof(sz), "write");
   RANK_CHECK(write(toPeer, ih, sz) == static_cast<ssize_t>(sz), "write");
   char ack = 0;
-  RANK_CHECK(readAll(fromPeer, &ack, 1) && ack == 'k', "peer did not finish");
+  RANK_CHECK(harness::readAll(fromPeer, &ack, 1) && ack == 'k', "peer did not finish");
   std::vector<char> back(bytes);
   RANK_OK(h->deviceMemcpy(back.data(), d, bytes, flagcxMemcpyDeviceToHost, nullptr));
   for (size_t i = 0; i < bytes; i++) {
@@ -68,12 +70,12 @@ int ipcPeer(int fromOwner, int toOwner) {
   RANK_OK(flagcxDeviceHandleInit(&h));
   RANK_OK(h->setDevice(0));
   size_t sz = 0;
-  RANK_CHECK(readAll(fromOwner, &sz, sizeof(sz)), "read size");
+  RANK_CHECK(harness::readAll(fromOwner, &sz, sizeof(sz)), "read size");
   flagcxIpcMemHandle_t ih;
   size_t mySz = 0;
   RANK_OK(h->ipcMemHandleCreate(&ih, &mySz));
   RANK_CHECK(sz == mySz, "handle size %zu vs %zu", sz, mySz);
-  RANK_CHECK(readAll(fromOwner, ih, sz), "read handle");
+  RANK_CHECK(harness::readAll(fromOwner, ih, sz), "read handle");
   void *p = nullptr;
   RANK_OK(h->ipcMemHandleOpen(ih, &p));
   const size_t span = 64 << 10;
@@ -93,18 +95,12 @@ TEST(CudaIpc, TwoProcessesShareDeviceMemory) {
   int a2b[2], b2a[2];
   ASSERT_EQ(pipe(a2b), 0);
   ASSERT_EQ(pipe(b2a), 0);
-  setenv("FLAGCX_DEVICE", "cuda", 1);
-  fflush(stdout);
-  pid_t pa = fork();
-  if (pa == 0) _exit(ipcOwner(a2b[1], b2a[0]));
-  pid_t pb = fork();
-  if (pb == 0) _exit(ipcPeer(a2b[0], b2a[1]));
-  int sa = 0, sb = 0;
-  waitpid(pa, &sa, 0);
-  waitpid(pb, &sb, 0);
+  // Two ranks of the harness that talk through these pipes only.
+  auto r = harness::run(2, [&](int rank, int, flagcxUniqueId *) {
+    return rank == 0 ? ipcOwner(a2b[1], b2a[0]) : ipcPeer(a2b[0], b2a[1]);
+  }, {{{"FLAGCX_DEVICE", "cuda"}}});
   for (int fd : {a2b[0], a2b[1], b2a[0], b2a[1]}) close(fd);
-  EXPECT_TRUE(WIFEXITED(sa) && WEXITSTATUS(sa) == 0) << "owner status " << sa;
-  EXPECT_TRUE(WIFEXITED(sb) && WEXITSTATUS(sb) == 0) << "peer status " << sb;
+  EXPECT_TRUE(r.allOk()) << "rank 0 owns the memory, rank 1 writes through IPC: " << r.failures();
 }
 
 // ---------- communicators ----------
@@ -291,7 +287,8 @@ int cudaRank(int rank, int nranks, flagcxUniqueId *id, const char *wantBackend, 
   RANK_CHECK(direct == wantDirect, "direct mode %d, expected %d", direct, wantDirect);
   if (strcmp(wantBackend, "nccl") == 0 && !comm->ccl) {
     flagcxCommDestroy(comm);
-    return kNcclMissing;
+    if (!ncclLoadable()) return kNcclMissing;
+    RANK_CHECK(false, "NCCL loads here but the communicator chose the engine");
   }
   if (strcmp(wantBackend, "engine") == 0)
     RANK_CHECK(!comm->ccl, "expected the engine, got %s", backend);
@@ -302,7 +299,7 @@ int cudaRank(int rank, int nranks, flagcxUniqueId *id, const char *wantBackend, 
 }
 
 TEST(CudaComm, NcclPassThroughOneRank) {
-  mr::Result r = mr::run(1, [](int rank, int n, flagcxUniqueId *id) {
+  harness::Result r = harness::run(1, [](int rank, int n, flagcxUniqueId *id) {
     return cudaRank(rank, n, id, "nccl", true, 1000);
   }, {{{"FLAGCX_USE_HETERO_COMM", "0"}}});
   if (r.status[0] == kNcclMissing) GTEST_SKIP() << "NCCL is not loadable (FLAGCX_NCCL_LIB)";
@@ -314,7 +311,7 @@ TEST(CudaComm, NcclPassThroughOneRank) {
 // runs on the CUDA adapter's progress thread (host buffers: device buffers
 // through the engine are a separate case below).
 TEST(CudaComm, TwoRanksOneGpuFallBackToEngine) {
-  mr::Result r = mr::run(2, [](int rank, int n, flagcxUniqueId *id) {
+  harness::Result r = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
     return cudaRank(rank, n, id, "engine", false, 4099);
   }, {{{"FLAGCX_USE_HETERO_COMM", "0"}, {"CUDA_VISIBLE_DEVICES", "0"}}});
   unsetenv("CUDA_VISIBLE_DEVICES");
@@ -322,16 +319,18 @@ TEST(CudaComm, TwoRanksOneGpuFallBackToEngine) {
 }
 
 TEST(CudaComm, TwoRanksDeviceBuffersNcclWhenTwoGpus) {
-  mr::Result r = mr::run(2, [](int rank, int n, flagcxUniqueId *id) {
+  harness::Result r = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
     flagcxDeviceHandle_t h;
     setDeviceEnv("cuda");
     RANK_OK(flagcxDeviceHandleInit(&h));
     int ngpu = 0;
     RANK_OK(h->getDeviceCount(&ngpu));
-    if (ngpu < 2) return kNcclMissing;
+    if (ngpu < 2) return kTooFewGpus;
+    if (!ncclLoadable()) return kNcclMissing;
     return cudaRank(rank, n, id, "nccl", true, 1 << 16);
   }, {{{"FLAGCX_USE_HETERO_COMM", "0"}}});
-  if (r.status[0] == kNcclMissing) GTEST_SKIP() << "needs 2 GPUs and NCCL (NCCL refuses two ranks on one GPU)";
+  if (r.status[0] == kTooFewGpus) GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU)";
+  if (r.status[0] == kNcclMissing) GTEST_SKIP() << "NCCL is not loadable (FLAGCX_NCCL_LIB)";
   EXPECT_TRUE(r.allOk()) << r.describe();
 }
 
@@ -341,7 +340,7 @@ TEST(CudaComm, EngineDeviceBuffersSharedGpu) {
   for (const char *ipcOff : {"0", "1"}) {
     for (int n : {2, 4}) {
       size_t cnt = n == 2 ? (1u << 20) + 3 : 4099;
-      mr::Result r = mr::run(n, [cnt](int rank, int nr, flagcxUniqueId *id) {
+      harness::Result r = harness::run(n, [cnt](int rank, int nr, flagcxUniqueId *id) {
         return cudaRank(rank, nr, id, "engine", true, cnt);
       }, {{{"FLAGCX_USE_HETERO_COMM", "1"}, {"FLAGCX_IPC_DISABLE", ipcOff}}});
       EXPECT_TRUE(r.allOk()) << n << " ranks, FLAGCX_IPC_DISABLE=" << ipcOff << ": " << r.describe();
@@ -352,7 +351,7 @@ TEST(CudaComm, EngineDeviceBuffersSharedGpu) {
 
 // 2 CUDA ranks + 2 host ranks in one communicator, host buffers.
 TEST(CudaComm, MixedCudaAndHostRanks) {
-  mr::Result r = mr::run(4, [](int rank, int nranks, flagcxUniqueId *id) {
+  harness::Result r = harness::run(4, [](int rank, int nranks, flagcxUniqueId *id) {
     bool cuda = rank < 2;
     setDeviceEnv(cuda ? "cuda" : "host");
     flagcxDeviceHandle_t h;

@@ -4,21 +4,29 @@
 // `full` suite) widens every axis.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/comm.h"
-#include "harness.h"
 #include "sched/ir.h"
 #include "sched/registry.h"
+#include "tests/common/harness.h"
+#include "tests/common/inspect.h"
+#include "tools/perf/data.h"
 
 namespace {
 
 using flagcx::OpKind;
 
 bool fullRun() { return getenv("MR_FULL") && strcmp(getenv("MR_FULL"), "1") == 0; }
+// MR_DTYPES=all: all 10 dtypes at the quick matrix's shape (MR_FULL implies it).
+bool allDtypes() { return fullRun() || (getenv("MR_DTYPES") && strcmp(getenv("MR_DTYPES"), "all") == 0); }
 // MR_DEVICE=cuda (tools/gpu-check.sh): buffers in device memory.
 bool deviceRun() { return getenv("MR_DEVICE") && *getenv("MR_DEVICE"); }
 
@@ -64,119 +72,46 @@ struct DeviceMirror {
   }
 };
 
-// --- half / bfloat16 (the test's own conversions) ---
-uint16_t toHalf(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp <= 0) return static_cast<uint16_t>(sign);  // test values are never tiny
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-  return static_cast<uint16_t>(h);
-}
-float fromHalf(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  uint32_t x;
-  if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {
-      float f = std::ldexp(static_cast<float>(mant), -24);
-      return (h & 0x8000u) ? -f : f;
-    }
-  } else if (exp == 31) {
-    x = sign | 0x7f800000u | (mant << 13);
-  } else {
-    x = sign | ((exp + 112) << 23) | (mant << 13);
+// Test data: tools/perf/data.h's pattern (every rank wins some elements of
+// a max and of a min; the blocks of one buffer differ), its conversions and
+// its tolerances, shared with the benchmarks.
+template <class T> struct StoreAt {
+  static int call(void *b, size_t i, double v) {
+    static_cast<T *>(b)[i] = perf::fromDouble<T>(v);
+    return 0;
   }
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-uint16_t toBf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>((x + rounding) >> 16);
-}
-float fromBf16(uint16_t b) {
-  uint32_t x = static_cast<uint32_t>(b) << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
-// Store/load a double (an exact small integer, or an average) as dtype.
-void store(void *buf, size_t i, flagcxDataType_t dt, double v) {
-  switch (dt) {
-    case flagcxInt8: static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case flagcxUint8: static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case flagcxInt32: static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case flagcxUint32: static_cast<uint32_t *>(buf)[i] = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
-    case flagcxInt64: static_cast<int64_t *>(buf)[i] = static_cast<int64_t>(v); break;
-    case flagcxUint64: static_cast<uint64_t *>(buf)[i] = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
-    case flagcxFloat16: static_cast<uint16_t *>(buf)[i] = toHalf(static_cast<float>(v)); break;
-    case flagcxBfloat16: static_cast<uint16_t *>(buf)[i] = toBf16(static_cast<float>(v)); break;
-    case flagcxFloat32: static_cast<float *>(buf)[i] = static_cast<float>(v); break;
-    case flagcxFloat64: static_cast<double *>(buf)[i] = v; break;
-    default: break;
-  }
-}
-double load(const void *buf, size_t i, flagcxDataType_t dt) {
-  switch (dt) {
-    case flagcxInt8: return static_cast<const int8_t *>(buf)[i];
-    case flagcxUint8: return static_cast<const uint8_t *>(buf)[i];
-    case flagcxInt32: return static_cast<const int32_t *>(buf)[i];
-    case flagcxUint32: return static_cast<const uint32_t *>(buf)[i];
-    case flagcxInt64: return static_cast<double>(static_cast<const int64_t *>(buf)[i]);
-    case flagcxUint64: return static_cast<double>(static_cast<const uint64_t *>(buf)[i]);
-    case flagcxFloat16: return fromHalf(static_cast<const uint16_t *>(buf)[i]);
-    case flagcxBfloat16: return fromBf16(static_cast<const uint16_t *>(buf)[i]);
-    case flagcxFloat32: return static_cast<const float *>(buf)[i];
-    case flagcxFloat64: return static_cast<const double *>(buf)[i];
-    default: return 0;
-  }
-}
-bool isInt(flagcxDataType_t dt) { return dt <= flagcxUint64; }
-
-// Rank- and index-dependent inputs, never all zero, exact in every dtype.
-double value(int rank, size_t i, flagcxRedOp_t op) {
-  if (op == flagcxProd) return ((rank * 7 + i) % 3 == 0) ? 2 : 1;
-  return static_cast<double>((rank * 3 + i * 5) % 7 + 1 + (rank % 2) * 8);
-}
-
-// The expected reduction of value(r, i) over all ranks, as the dtype holds it.
-double reduceRef(int nranks, size_t i, flagcxDataType_t dt, flagcxRedOp_t op) {
-  double acc = value(0, i, op);
-  for (int r = 1; r < nranks; r++) {
-    double v = value(r, i, op);
-    if (op == flagcxSum || op == flagcxAvg) acc += v;
-    if (op == flagcxProd) acc *= v;
-    if (op == flagcxMax) acc = std::max(acc, v);
-    if (op == flagcxMin) acc = std::min(acc, v);
-  }
-  if (op == flagcxAvg) acc = isInt(dt) ? std::trunc(acc / nranks) : acc / nranks;
-  // Wrap integers as the dtype does.
-  std::vector<char> tmp(8);
-  store(tmp.data(), 0, dt, acc);
-  return load(tmp.data(), 0, dt);
-}
+};
+template <class T> struct LoadAt {
+  static double call(const void *b, size_t i) { return perf::toDouble<T>(static_cast<const T *>(b)[i]); }
+};
+void store(void *buf, size_t i, flagcxDataType_t dt, double v) { perf::dispatch<StoreAt>(dt, buf, i, v); }
+double load(const void *buf, size_t i, flagcxDataType_t dt) { return perf::dispatch<LoadAt>(dt, buf, i); }
 
 bool close(double got, double want, flagcxDataType_t dt) {
-  if (isInt(dt)) return got == want;
-  double tol = dt == flagcxFloat16 ? 1e-2 : dt == flagcxBfloat16 ? 2e-2 : 1e-5;
+  double tol = perf::tolerance(dt);
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
-double load_value(int rank, size_t i, flagcxDataType_t dt, flagcxRedOp_t op) {
-  std::vector<char> tmp(8);
-  store(tmp.data(), 0, dt, value(rank, i, op));
-  return load(tmp.data(), 0, dt);
+// Bytes after every buffer of a case, filled with a pattern that must
+// survive the call: an overrun of even one byte is caught.
+constexpr size_t kGuard = 64;
+uint8_t guardByte(size_t k) { return static_cast<uint8_t>(0xA5 ^ (k * 29)); }
+void setGuard(std::vector<char> *buf, size_t dataBytes) {
+  buf->resize(dataBytes + kGuard);
+  for (size_t k = 0; k < kGuard; k++) (*buf)[dataBytes + k] = static_cast<char>(guardByte(k));
 }
+// The first guard byte that changed, or -1.
+long brokenGuard(const std::vector<char> &buf, size_t dataBytes) {
+  for (size_t k = 0; k < kGuard; k++)
+    if (static_cast<uint8_t>(buf[dataBytes + k]) != guardByte(k)) return static_cast<long>(k);
+  return -1;
+}
+
+// The count of every op that exceeds the test's FLAGCX_NET_CHUNK_SIZE
+// (kChunk) several times over, so that slicing runs in the quick suite: one
+// dtype (float) and two reductions (sum, max) at that size.
+constexpr size_t kChunk = 65536;
+constexpr size_t kBigCount = 3 * kChunk / 4 + 5;
 
 struct Case {
   OpKind op;
@@ -195,11 +130,11 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
   flagcxComm_t comm;
   RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
   bool full = fullRun();
-  std::vector<size_t> counts = {0, 1, 7, 1000};
+  std::vector<size_t> counts = {0, 1, 7, 1000, kBigCount};
   if (full) counts.push_back((1u << 20) + 3);
   else counts.push_back(4099);
   std::vector<flagcxDataType_t> dts;
-  if (full) {
+  if (allDtypes()) {
     dts = {flagcxInt8, flagcxUint8, flagcxInt32, flagcxUint32, flagcxInt64,
            flagcxUint64, flagcxFloat16, flagcxBfloat16, flagcxFloat32, flagcxFloat64};
   } else {
@@ -217,7 +152,12 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
       for (flagcxRedOp_t rop : redops)
         for (int root : roots)
           for (int inplace = 0; inplace < 2; inplace++) {
-            if (!reduces && dt != dts[0] && dt != flagcxFloat16 && count > 1000 && !full) continue;
+            if (!reduces && dt != dts[0] && dt != flagcxFloat16 && count > 1000 && count != kBigCount &&
+                !full)
+              continue;
+            if (count == kBigCount &&
+                (dt != flagcxFloat32 || (rop != flagcxSum && rop != flagcxMax) || root != roots[0]))
+              continue;
             if (c.op == OpKind::AlltoAllv && inplace) continue;
             size_t ts = getFlagcxDataTypeSize(dt);
             // Input/output element counts per op.
@@ -240,8 +180,16 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
               }
               default: break;
             }
-            std::vector<char> inBuf(std::max<size_t>(inN, 1) * ts), outBuf(std::max<size_t>(outN, 1) * ts);
-            for (size_t i = 0; i < inN; i++) store(inBuf.data(), i, dt, value(rank, i, rop));
+            // What each rank sends and the reduction, per key of the pattern.
+            std::vector<std::array<double, perf::kKeys>> srcT(n);
+            std::array<double, perf::kKeys> redT;
+            for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), dt, rop, srcT[p].data());
+            perf::reducedTable(nranks, dt, rop, redT.data());
+            std::vector<char> inBuf, outBuf;
+            setGuard(&inBuf, inN * ts);
+            setGuard(&outBuf, outN * ts);
+            perf::dispatch<perf::Fill>(dt, static_cast<void *>(inBuf.data()), inN, size_t{0},
+                                       static_cast<const double *>(srcT[static_cast<size_t>(rank)].data()));
             for (size_t i = 0; i < outN; i++) store(outBuf.data(), i, dt, 99);
             char *in = inBuf.data(), *out = outBuf.data();
             size_t r = static_cast<size_t>(rank);
@@ -258,13 +206,15 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
                   if (isRoot) { memcpy(out + r * count * ts, in, count * ts); in = out + r * count * ts; }
                   break;
                 case OpKind::ReduceScatter:
-                  outBuf.assign(1, 0); out = in + r * count * ts; break;
+                  out = in + r * count * ts; break;
                 case OpKind::Scatter:
                   if (isRoot) out = in + r * count * ts;
                   break;
                 default: break;
               }
             }
+            // Out of place, the send buffer must come back unchanged.
+            std::vector<char> sentCopy(inBuf.begin(), inBuf.begin() + static_cast<long>(inN * ts));
             // MR_DEVICE=cuda: the same call on device copies of both buffers
             // (aliasing kept), results copied back before the check.
             DeviceMirror mirror;
@@ -297,19 +247,19 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
               in = mirror.unmap(in);
               out = mirror.unmap(out);
             }
-            // Check.  value() depends on the index only modulo kPeriod, so
-            // the references are computed once per residue (and source rank).
-            constexpr size_t kPeriod = 21;
-            std::vector<double> refMemo(kPeriod, NAN), valMemo((n + 1) * kPeriod, NAN);
-            auto ref = [&](size_t gi) {
-              double &m = refMemo[gi % kPeriod];
-              if (std::isnan(m)) m = reduceRef(nranks, gi % kPeriod, dt, rop);
-              return m;
-            };
+            RANK_CHECK(brokenGuard(inBuf, inN * ts) < 0 && brokenGuard(outBuf, outN * ts) < 0,
+                       "%s/%s count %zu dtype %d op %d root %d inplace %d: wrote past a buffer "
+                       "(send guard byte %ld, receive guard byte %ld changed)",
+                       flagcx::opName(c.op), c.algo.c_str(), count, dt, rop, root, inplace,
+                       brokenGuard(inBuf, inN * ts), brokenGuard(outBuf, outN * ts));
+            RANK_CHECK(inplace || sentCopy.empty() ||
+                           memcmp(sentCopy.data(), inBuf.data(), sentCopy.size()) == 0,
+                       "%s/%s count %zu dtype %d op %d root %d: the send buffer changed",
+                       flagcx::opName(c.op), c.algo.c_str(), count, dt, rop, root);
+            // Check against the pattern's tables (reference values per key).
+            auto ref = [&](size_t gi) { return redT[perf::patternKey(gi)]; };
             auto val = [&](int src, size_t gi) {
-              double &m = valMemo[static_cast<size_t>(src) * kPeriod + gi % kPeriod];
-              if (std::isnan(m)) m = load_value(src, gi % kPeriod, dt, rop);
-              return m;
+              return srcT[static_cast<size_t>(src)][perf::patternKey(gi)];
             };
             auto expect = [&](size_t i) -> double {
               switch (c.op) {
@@ -384,16 +334,16 @@ TEST_P(Matrix, Run) {
   std::vector<int> nrankList = fullRun() ? std::vector<int>{1, 2, 3, 4, 5, 7, 8}
                                          : std::vector<int>{1, 2, 3, 4, 5};
   for (int nranks : nrankList) {
-    mr::Env env;
+    harness::Env env;
     env.vars = {{"FLAGCX_ALGO", std::string(flagcx::opName(c.op)) + ":" + c.algo},
-                {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", "65536"},
+                {"FLAGCX_TIMEOUT", "60"}, {"FLAGCX_NET_CHUNK_SIZE", std::to_string(kChunk)},
                 // Vary the data path with the rank count: 2 channels at 3
                 // ranks, sockets at 4 (and 8), single-copy shm reads
                 // (FLAGCX_SHM_PULL=1) at 5 (and 7), the shm ring otherwise.
                 {"FLAGCX_NCHANNELS", nranks == 3 ? "2" : "1"},
                 {"FLAGCX_SHM_DISABLE", nranks == 4 || nranks == 8 ? "1" : "0"},
                 {"FLAGCX_SHM_PULL", nranks == 5 || nranks == 7 ? "1" : "0"}};
-    auto res = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+    auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
       return runCase(c, rank, n, id);
     }, env, 600);
     EXPECT_TRUE(res.allOk()) << flagcx::opName(c.op) << "/" << c.algo << " nranks " << nranks
@@ -417,10 +367,10 @@ namespace {
 // A user's script from FLAGCX_ALGO_PATH is found, verified, forced by
 // FLAGCX_ALGO, and gives right answers; a broken one fails the init.
 TEST(UserAlgorithms, PickedUpVerifiedAndRun) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_ALGO_PATH", std::string(MR_SOURCE_DIR) + "/user_algos"},
               {"FLAGCX_ALGO", "allreduce:star"}, {"FLAGCX_TIMEOUT", "30"}};
-  auto res = mr::run(3, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     std::vector<float> in(1000), out(1000);
@@ -435,10 +385,10 @@ TEST(UserAlgorithms, PickedUpVerifiedAndRun) {
 }
 
 TEST(UserAlgorithms, BrokenScriptFailsInit) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_ALGO_PATH", std::string(MR_SOURCE_DIR) + "/broken_algos"},
               {"FLAGCX_ALGO", "allreduce:twice"}, {"FLAGCX_TIMEOUT", "10"}};
-  auto res = mr::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm = nullptr;
     flagcxResult_t r = flagcxCommInitRank(&comm, nranks, id, rank);
     RANK_CHECK(r == flagcxInvalidUsage, "init returned %s", flagcxGetErrorString(r));
@@ -455,5 +405,136 @@ TEST(UserAlgorithms, BrokenScriptFailsInit) {
 namespace {
 
 // FLAGCX_CLUSTER_SPLIT_LIST: tests/mr/test_split_list.cc.
+
+}  // namespace
+
+namespace {
+
+// The test data's promises (tools/perf/data.h), for every rank count and
+// count the tests use (1 Mi + 3 in the full suite only): no two blocks of one buffer are equal (a scatter or
+// an alltoall that hands out the wrong block is caught), and from 16
+// elements on every rank holds the largest and the smallest value somewhere
+// (a max or a min that returns one rank's value is caught).
+TEST(Pattern, EveryRankWinsAndBlocksDiffer) {
+  std::vector<size_t> counts = {1, 7, 16, 1000, 4099, kBigCount};
+  if (fullRun()) counts.push_back((size_t{1} << 20) + 3);  // the full matrix's count
+  for (int n = 2; n <= 8; n++)
+    for (size_t count : counts) {
+      std::vector<std::vector<unsigned>> blocks(static_cast<size_t>(n));
+      for (int k = 0; k < n; k++)
+        for (size_t i = 0; i < count; i++)
+          blocks[static_cast<size_t>(k)].push_back(perf::patternKey(static_cast<size_t>(k) * count + i));
+      for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+          EXPECT_NE(blocks[static_cast<size_t>(a)], blocks[static_cast<size_t>(b)])
+              << "blocks " << a << " and " << b << " of " << n << " at count " << count;
+      if (count < 16) continue;
+      for (int r = 0; r < n; r++) {
+        bool winsMax = false, winsMin = false;
+        for (size_t i = 0; i < count && !(winsMax && winsMin); i++) {
+          double mine = perf::sourceValue(r, i, flagcxMax), hi = mine, lo = mine;
+          for (int q = 0; q < n; q++) {
+            double v = perf::sourceValue(q, i, flagcxMax);
+            hi = std::max(hi, v);
+            lo = std::min(lo, v);
+            if (q != r) {
+              EXPECT_NE(v, mine) << "ranks " << q << " and " << r << " tie at " << i;
+            }
+          }
+          winsMax = winsMax || mine == hi;
+          winsMin = winsMin || mine == lo;
+        }
+        EXPECT_TRUE(winsMax && winsMin) << "rank " << r << " of " << n << " at count " << count
+                                        << ": wins max " << winsMax << ", min " << winsMin;
+      }
+    }
+}
+
+// Several collectives and a send/recv ring posted in one group (with a
+// nested group inside), on a stream: all complete, every result right.
+int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
+  harness::CommOnStream cs;
+  RANK_OK(cs.open(rank, nranks, id));
+  flagcxComm_t comm = cs.comm;
+  flagcxStream_t stream = cs.stream;
+  const size_t cnt = 4099, n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
+  std::vector<std::array<double, perf::kKeys>> src(n);
+  for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), flagcxFloat32, flagcxMax, src[p].data());
+  std::array<double, perf::kKeys> maxT, sumT;
+  perf::reducedTable(nranks, flagcxFloat32, flagcxMax, maxT.data());
+  perf::reducedTable(nranks, flagcxInt32, flagcxSum, sumT.data());
+  std::vector<float> in(cnt * n), arOut(cnt, -1), agOut(cnt * n, -1), bcOut(cnt, -1), ring(cnt, -1);
+  std::vector<int32_t> inI(cnt * n), rsOut(cnt, -1);
+  for (size_t i = 0; i < in.size(); i++) {
+    in[i] = static_cast<float>(perf::sourceValue(rank, i, flagcxMax));
+    inI[i] = static_cast<int32_t>(perf::sourceValue(rank, i, flagcxSum));
+  }
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks, root = nranks - 1;
+  RANK_OK(flagcxGroupStart(comm));
+  RANK_OK(flagcxAllReduce(in.data(), arOut.data(), cnt, flagcxFloat32, flagcxMax, comm, stream));
+  RANK_OK(flagcxAllGather(in.data(), agOut.data(), cnt, flagcxFloat32, comm, stream));
+  RANK_OK(flagcxGroupStart(comm));  // groups nest
+  RANK_OK(flagcxBroadcast(in.data(), bcOut.data(), cnt, flagcxFloat32, root, comm, stream));
+  RANK_OK(flagcxReduceScatter(inI.data(), rsOut.data(), cnt, flagcxInt32, flagcxSum, comm, stream));
+  RANK_OK(flagcxGroupEnd(comm));
+  RANK_OK(flagcxSend(in.data(), cnt, flagcxFloat32, next, comm, stream));
+  RANK_OK(flagcxRecv(ring.data(), cnt, flagcxFloat32, prev, comm, stream));
+  RANK_OK(flagcxGroupEnd(comm));
+  RANK_OK(cs.sync());
+  for (size_t i = 0; i < cnt; i++) {
+    unsigned k = perf::patternKey(i);
+    RANK_CHECK(arOut[i] == maxT[k], "allreduce(max) [%zu] = %g, want %g", i, arOut[i], maxT[k]);
+    RANK_CHECK(bcOut[i] == src[static_cast<size_t>(root)][k], "broadcast [%zu] = %g", i, bcOut[i]);
+    RANK_CHECK(ring[i] == src[static_cast<size_t>(prev)][k], "recv [%zu] = %g", i, ring[i]);
+    unsigned kr = perf::patternKey(r * cnt + i);
+    RANK_CHECK(rsOut[i] == sumT[kr], "reducescatter [%zu] = %d, want %g", i, rsOut[i], sumT[kr]);
+    for (size_t p = 0; p < n; p++)
+      RANK_CHECK(agOut[p * cnt + i] == src[p][k], "allgather [%zu][%zu] = %g", p, i, agOut[p * cnt + i]);
+  }
+  RANK_OK(cs.close());
+  return 0;
+}
+
+TEST(Grouped, CollectivesAndSendRecvInOneGroup) {
+  for (auto [nranks, sockets] : {std::pair{3, false}, std::pair{4, true}}) {
+    harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", sockets ? "1" : "0"}}};
+    auto res = harness::run(nranks, groupedBody, env, 120);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks" << (sockets ? " (sockets)" : "") << ": "
+                             << res.failures();
+  }
+}
+
+// Barrier by what it promises: no rank leaves before the last one has
+// entered.  Each round a different rank arrives last (it sleeps first);
+// every rank counts itself in through shared memory before its barrier and
+// checks the count when the barrier returns.
+TEST(Barrier, NoRankLeavesBeforeTheLastEnters) {
+  constexpr int kRounds = 6;
+  struct Shared {
+    std::atomic<int> entered[kRounds];
+  };
+  for (auto [nranks, sockets] : {std::pair{2, false}, std::pair{3, false}, std::pair{5, false},
+                                 std::pair{4, true}}) {
+    Shared *sh = harness::sharedBlock<Shared>();
+    harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", sockets ? "1" : "0"}}};
+    auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+      harness::CommOnStream cs;
+      RANK_OK(cs.open(rank, n, id));
+      for (int k = 0; k < kRounds; k++) {
+        if (rank == k % n) usleep(50000);  // this round's latecomer
+        sh->entered[k]++;
+        RANK_OK(flagcxBarrier(cs.comm, cs.stream));
+        RANK_OK(cs.sync());
+        int seen = sh->entered[k].load();
+        RANK_CHECK(seen == n, "round %d: left the barrier when %d of %d ranks had entered", k, seen, n);
+      }
+      RANK_OK(cs.close());
+      return 0;
+    }, env, 120);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks" << (sockets ? " (sockets)" : "") << ": "
+                             << res.failures();
+    harness::freeShared(sh);
+  }
+}
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "harness.h"
+#include "tests/common/harness.h"
 
 namespace {
 
@@ -21,8 +21,8 @@ std::string name(const testing::TestParamInfo<Param> &p) {
   return std::to_string(p.param.nranks) + "ranks_" + (p.param.shm ? "shm" : "socket");
 }
 
-mr::Env envFor(bool shm) {
-  mr::Env e;
+harness::Env envFor(bool shm) {
+  harness::Env e;
   e.vars = {{"FLAGCX_SHM_DISABLE", shm ? "0" : "1"}, {"FLAGCX_TIMEOUT", "60"}};
   return e;
 }
@@ -30,7 +30,7 @@ mr::Env envFor(bool shm) {
 class P2P : public testing::TestWithParam<Param> {};
 
 TEST_P(P2P, InitDestroy) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     int n = -1, r = -1;
@@ -46,7 +46,7 @@ TEST_P(P2P, InitDestroy) {
 // Each rank sends to rank+1 and receives from rank-1, in one group, for
 // every size; then the same with the receive posted first.
 TEST_P(P2P, RingAllSizes) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     const size_t sizes[] = {0, 1, 4095, (1u << 20) + 3, 64u << 20};
@@ -79,13 +79,11 @@ TEST_P(P2P, RingAllSizes) {
 // Every rank exchanges with every other rank (and itself) in one group, on a
 // stream, posting in a rank-dependent order.
 TEST_P(P2P, AllPairsGroupOnStream) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
-    flagcxDeviceHandle_t dev;
-    RANK_OK(flagcxDeviceHandleInit(&dev));
-    flagcxComm_t comm;
-    RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
-    flagcxStream_t stream;
-    RANK_OK(dev->streamCreate(&stream));
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+    harness::CommOnStream cs;
+    RANK_OK(cs.open(rank, nranks, id));
+    flagcxComm_t comm = cs.comm;
+    flagcxStream_t stream = cs.stream;
     const size_t sz = 100000 + static_cast<size_t>(rank);  // sizes differ per sender
     std::vector<std::vector<uint8_t>> out(static_cast<size_t>(nranks)), in(static_cast<size_t>(nranks));
     for (int p = 0; p < nranks; p++) {
@@ -101,13 +99,11 @@ TEST_P(P2P, AllPairsGroupOnStream) {
       RANK_OK(flagcxSend(out[static_cast<size_t>(p)].data(), sz, flagcxUint8, p, comm, stream));
     }
     RANK_OK(flagcxGroupEnd(comm));
-    RANK_OK(dev->streamSynchronize(stream));
+    RANK_OK(cs.sync());
     for (int p = 0; p < nranks; p++)
       for (size_t i = 0; i < in[static_cast<size_t>(p)].size(); i++)
         RANK_CHECK(in[static_cast<size_t>(p)][i] == pattern(p, rank, i), "from %d byte %zu", p, i);
-    RANK_OK(dev->streamDestroy(stream));
-    RANK_OK(flagcxCommDestroy(comm));
-    RANK_OK(flagcxDeviceHandleFree(dev));
+    RANK_OK(cs.close());
     return 0;
   }, envFor(GetParam().shm));
   EXPECT_TRUE(res.allOk()) << res.describe();
@@ -116,7 +112,7 @@ TEST_P(P2P, AllPairsGroupOnStream) {
 // More messages to one peer than a Conn takes at once, every send posted
 // before any receive on both sides: posting must not starve the receives.
 TEST_P(P2P, ManyMessagesSendsFirst) {
-  auto res = mr::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(GetParam().nranks, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     const int kMsgs = 600;

@@ -6,7 +6,7 @@
 // wrappers count calls while the counter is armed and keep the first few
 // call stacks, which the report prints.
 //
-// Two real processes (tests/mr/harness.h) run every op repeatedly at a few
+// Two real processes (tests/common/harness.h) run every op repeatedly at a few
 // sizes, on a stream and on the NULL stream: call 1 may allocate (first use of
 // a size); calls 2..N must not, on any thread of the process.
 #include <dlfcn.h>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "flagcx.h"
-#include "harness.h"  // tests/mr
+#include "tests/common/harness.h"
 
 extern "C" {
 void *__libc_malloc(size_t);
@@ -229,7 +229,7 @@ int body(int rank, int nranks, flagcxUniqueId *id) {
 }  // namespace
 
 int main() {
-  mr::Result res = mr::run(2, body, {}, 300);
+  harness::Result res = harness::run(2, body, {}, 300);
   if (!res.allOk()) {
     fprintf(stderr, "allocation test failed: %s\n", res.describe().c_str());
     return 1;

@@ -14,8 +14,8 @@
 #include <set>
 #include <thread>
 
-#include "../mr/harness.h"
-#include "rel_util.h"
+#include "tests/common/harness.h"
+#include "tests/common/inspect.h"
 
 namespace {
 
@@ -56,9 +56,9 @@ const char *codeName(int c) {
 }
 
 int iterations(int quickDefault) {
-  int n = rel::envInt("REL_ITERS", 0);
+  int n = harness::envInt("REL_ITERS", 0);
   if (n > 0) return n;
-  return rel::envIs("REL_FULL", "1") ? 20 : quickDefault;
+  return harness::envIs("REL_FULL", "1") ? 20 : quickDefault;
 }
 
 struct Figures {
@@ -82,12 +82,12 @@ struct Figures {
 int rankBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, Phase phase, int victim,
              size_t bytes) {
   if (phase == Phase::Absent && rank == victim) return 0;  // never calls init
-  int64_t initStart = rel::nowNs();
+  int64_t initStart = harness::nowNs();
   sh->startNs[rank] = initStart;
   flagcxComm_t comm = nullptr;
   flagcxResult_t r = flagcxCommInitRank(&comm, nranks, id, rank);
   if (r != flagcxSuccess) {
-    int64_t t = rel::nowNs();
+    int64_t t = harness::nowNs();
     sh->errNs[rank] = t;
     sh->initFailed[rank] = 1;
     if (phase == Phase::Loop) {
@@ -103,7 +103,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, Phase phase, 
     }
     if (phase == Phase::Absent) {
       std::string err = flagcxGetLastError(nullptr);
-      if (!rel::hasNumberToken(err, victim)) {
+      if (!harness::hasNumberToken(err, victim)) {
         fprintf(stderr, "rank %d: error does not name rank %d: %s\n", rank, victim, err.c_str());
         return 18;
       }
@@ -136,7 +136,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, Phase phase, 
     flagcxCommAbort(comm);
     return 11;
   }
-  int64_t t = rel::nowNs();
+  int64_t t = harness::nowNs();
   sh->errNs[rank] = t;
   int64_t ev = sh->eventNs.load();
   if (ev == 0) {
@@ -148,9 +148,9 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, Phase phase, 
   double secs = static_cast<double>(t - ev) / 1e9;
   flagcxResult_t async = flagcxSuccess;
   flagcxResult_t ar = flagcxCommGetAsyncError(comm, &async);
-  int64_t a0 = rel::nowNs();
+  int64_t a0 = harness::nowNs();
   flagcxResult_t abr = flagcxCommAbort(comm);
-  int64_t abortNs = rel::nowNs() - a0;
+  int64_t abortNs = harness::nowNs() - a0;
   sh->abortNs[rank] = abortNs;
   if (secs > kErrorBound) {
     fprintf(stderr, "rank %d: error %.2f s after the signal (%s)\n", rank, secs,
@@ -167,7 +167,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, Phase phase, 
 
 std::mt19937 &rng() {
   static std::mt19937 g([] {
-    unsigned s = static_cast<unsigned>(rel::envInt("REL_SEED", 0));
+    unsigned s = static_cast<unsigned>(harness::envInt("REL_SEED", 0));
     if (s == 0) s = std::random_device{}();
     printf("REL_SEED=%u\n", s);
     return s;
@@ -178,14 +178,14 @@ std::mt19937 &rng() {
 // One run of a configuration; returns a description of what went wrong, or "".
 std::string runOnce(int nranks, bool shm, int sig, Phase phase, Figures *fig) {
   int victim = static_cast<int>(rng()() % static_cast<unsigned>(nranks));
-  size_t bytes = (size_t(8) << 20) << (rel::envIs("REL_FULL", "1") ? rng()() % 3 : 0);
+  size_t bytes = (size_t(8) << 20) << (harness::envIs("REL_FULL", "1") ? rng()() % 3 : 0);
   int delayMs = phase == Phase::Init ? static_cast<int>(rng()() % 400)
                                      : static_cast<int>(rng()() % 1000);
-  Shared *sh = rel::sharedBlock<Shared>();
-  mr::Env env;
+  Shared *sh = harness::sharedBlock<Shared>();
+  harness::Env env;
   env.vars = {{"FLAGCX_SHM_DISABLE", shm ? "0" : "1"},
               {"FLAGCX_TIMEOUT", std::to_string(kTimeoutSec)}};
-  auto res = mr::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+  auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
     int rc = rankBody(rank, n, id, sh, phase, victim, bytes);
     sh->finished++;
     return rc;
@@ -197,7 +197,7 @@ std::string runOnce(int nranks, bool shm, int sig, Phase phase, Figures *fig) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
-    sh->eventNs = rel::nowNs();
+    sh->eventNs = harness::nowNs();
     kill(pids[static_cast<size_t>(victim)], sig);
     if (sig == SIGSTOP) {
       // Wait for every survivor, then make sure nothing stays stopped.
@@ -233,7 +233,7 @@ std::string runOnce(int nranks, bool shm, int sig, Phase phase, Figures *fig) {
           std::to_string(victim) + " delay " + std::to_string(delayMs) + " ms, " +
           std::to_string(bytes >> 20) + " MiB: " + why;
   }
-  rel::freeShared(sh);
+  harness::freeShared(sh);
   return why;
 }
 
@@ -243,7 +243,7 @@ void runMatrix(const char *what, int sig, Phase phase, int quickIters,
                std::vector<bool> transports = {true, false}, bool quickHalf = false) {
   Figures fig;
   int iters = iterations(quickIters);
-  bool full = rel::envIs("REL_FULL", "1") || rel::envInt("REL_ITERS", 0) > 0;
+  bool full = harness::envIs("REL_FULL", "1") || harness::envInt("REL_ITERS", 0) > 0;
   int idx = 0;
   for (int nranks : {2, 3, 4, 8}) {
     bool quickShm = idx++ % 2 == 0;
@@ -267,14 +267,14 @@ TEST(Kill, RankNeverArrives) { runMatrix("absent-init", 0, Phase::Absent, 1, {tr
 
 // After an abort the process can build a new communicator from a fresh id.
 void newCommAfterAbort(bool shm) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_SHM_DISABLE", shm ? "0" : "1"},
               {"FLAGCX_TIMEOUT", std::to_string(kTimeoutSec)}};
-  mr::applyEnv(env);
+  harness::ScopedEnv scoped(env);  // for the second id's root too
   flagcxUniqueId id2;
   ASSERT_EQ(flagcxGetUniqueId(&id2), flagcxSuccess);
-  Shared *sh = rel::sharedBlock<Shared>();
-  auto res = mr::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+  Shared *sh = harness::sharedBlock<Shared>();
+  auto res = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     sh->ready++;
@@ -284,9 +284,9 @@ void newCommAfterAbort(bool shm) {
       r = flagcxAllReduce(buf.data(), buf.data(), buf.size(), flagcxFloat, flagcxSum, comm,
                           nullptr);
     RANK_CHECK(r != flagcxSuccess, "allreduces never failed");
-    int64_t a0 = rel::nowNs();
+    int64_t a0 = harness::nowNs();
     RANK_OK(flagcxCommAbort(comm));
-    RANK_CHECK(rel::secsSince(a0) < kAbortBound, "abort took %.2f s", rel::secsSince(a0));
+    RANK_CHECK(harness::secsSince(a0) < kAbortBound, "abort took %.2f s", harness::secsSince(a0));
     // The old handle is dead now.
     int cnt = 0;
     RANK_CHECK(flagcxCommCount(comm, &cnt) == flagcxInvalidArgument, "dead comm accepted");
@@ -311,7 +311,7 @@ void newCommAfterAbort(bool shm) {
   EXPECT_EQ(res.status[0], 0) << res.describe();
   EXPECT_EQ(res.status[1], 0) << res.describe();
   EXPECT_EQ(res.status[2], 128 + SIGKILL) << res.describe();
-  rel::freeShared(sh);
+  harness::freeShared(sh);
 }
 
 TEST(Abort, NewCommAfterAbortShm) { newCommAfterAbort(true); }
@@ -320,23 +320,23 @@ TEST(Abort, NewCommAfterAbortSocket) { newCommAfterAbort(false); }
 // Abort with nothing wrong (ranks idle, peers alive) is prompt too, and
 // destroy after a peer died does not hang.
 TEST(Abort, IdleAbortAndDestroyAfterPeerDeath) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", std::to_string(kTimeoutSec)}};
-  auto res = mr::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     std::vector<float> buf(1000, 1.f);
     RANK_OK(flagcxAllReduce(buf.data(), buf.data(), buf.size(), flagcxFloat, flagcxSum, comm,
                             nullptr));
     if (rank == 2) _exit(0);  // leaves without destroying
-    int64_t a0 = rel::nowNs();
+    int64_t a0 = harness::nowNs();
     if (rank == 0) {
       RANK_OK(flagcxCommAbort(comm));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       flagcxCommDestroy(comm);  // may report the peer's death; must not hang
     }
-    double secs = rel::secsSince(a0);
+    double secs = harness::secsSince(a0);
     RANK_CHECK(secs < (rank == 0 ? kAbortBound : kTimeoutSec + 2.0), "took %.2f s", secs);
     return 0;
   }, env, 60);

@@ -7,8 +7,8 @@
 
 #include <thread>
 
-#include "../mr/harness.h"
-#include "rel_util.h"
+#include "tests/common/harness.h"
+#include "tests/common/inspect.h"
 
 namespace {
 
@@ -62,10 +62,10 @@ int oneComm(int rank, int pfd[2], bool abortInstead) {
 
 // Threads that are winding down (a detached rendezvous root) get a moment.
 int settledThreads(int bound) {
-  int t = rel::threadCount();
+  int t = harness::threadCount();
   for (int i = 0; i < 200 && t > bound; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    t = rel::threadCount();
+    t = harness::threadCount();
   }
   return t;
 }
@@ -73,9 +73,9 @@ int settledThreads(int bound) {
 void leakTest(bool shm) {
   int pfd[2];
   ASSERT_EQ(pipe(pfd), 0);
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_SHM_DISABLE", shm ? "0" : "1"}, {"FLAGCX_TIMEOUT", "10"}};
-  auto res = mr::run(2, [&](int rank, int, flagcxUniqueId *) {
+  auto res = harness::run(2, [&](int rank, int, flagcxUniqueId *) {
     if (rank == 0) close(pfd[0]);
     else close(pfd[1]);
     // Warm up: the first communicator loads scripts and starts the stream
@@ -85,19 +85,19 @@ void leakTest(bool shm) {
         fprintf(stderr, "rank %d: warm-up communicator %d failed\n", rank, i);
         return rc;
       }
-    int fds0 = rel::openFds();
+    int fds0 = harness::openFds();
     int thr0 = settledThreads(1 << 20);
-    long rss0 = rel::rssKb();
+    long rss0 = harness::rssKb();
     for (int i = 0; i < kComms; i++)
       if (int rc = oneComm(rank, pfd, i % 10 == 9)) {  // every tenth aborted
         fprintf(stderr, "rank %d: communicator %d failed\n", rank, i);
         return rc;
       }
     int thr1 = settledThreads(thr0);
-    int fds1 = rel::openFds();
-    long rss1 = rel::rssKb();
+    int fds1 = harness::openFds();
+    long rss1 = harness::rssKb();
     std::set<int> me = {getpid()};
-    auto shmLeft = rel::flagcxShmEntries(&me);
+    auto shmLeft = harness::flagcxShmEntries(&me);
     printf("RELIABILITY-FIGURES leaks %s rank %d: %d comms, fds %d->%d, threads %d->%d, "
            "rss %ld->%ld KiB, /dev/shm entries left %zu\n", shm ? "shm" : "socket", rank, kComms,
            fds0, fds1, thr0, thr1, rss0, rss1, shmLeft.size());

@@ -9,8 +9,8 @@
 #include <functional>
 #include <thread>
 
-#include "../mr/harness.h"
-#include "rel_util.h"
+#include "tests/common/harness.h"
+#include "tests/common/inspect.h"
 
 namespace {
 
@@ -53,12 +53,12 @@ struct Shared {
 void expectMismatch(const char *what, const std::vector<Call> &calls,
                     const std::vector<std::string> &mustName) {
   int n = static_cast<int>(calls.size());
-  Shared *sh = rel::sharedBlock<Shared>();
+  Shared *sh = harness::sharedBlock<Shared>();
   constexpr int kNeverReached = -1;  // the rank did not get to its mismatched call
   for (auto &r : sh->result) r = kNeverReached;
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", std::to_string(kTimeoutSec)}};
-  auto res = mr::run(n, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(n, [&](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     size_t maxBytes = 0;
@@ -66,7 +66,7 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
     std::vector<char> in(maxBytes + 64, 1), out(maxBytes + 64, 0);
     for (int i = 0; i < 3; i++)
       RANK_OK(flagcxAllReduce(in.data(), out.data(), 256, flagcxFloat, flagcxSum, comm, nullptr));
-    int64_t t0 = rel::nowNs();
+    int64_t t0 = harness::nowNs();
     flagcxResult_t r = issue(calls[static_cast<size_t>(rank)], comm, in, out);
     if (r == flagcxSuccess) {
       // Stream semantics allow a late report: the next call or the async error.
@@ -76,7 +76,7 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
                                                   flagcxSum, comm, nullptr);
       r = a;
     }
-    sh->ns[rank] = rel::nowNs() - t0;
+    sh->ns[rank] = harness::nowNs() - t0;
     sh->result[rank] = r;
     snprintf(sh->err[rank], sizeof(sh->err[rank]), "%s", flagcxGetLastError(comm));
     // Abort only once every rank has its own answer: an early abort would
@@ -107,7 +107,7 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
     EXPECT_LT(secs, kTimeoutSec * 0.8) << what << ": rank " << r
                                        << " only failed at about FLAGCX_TIMEOUT: " << err;
     for (auto &w : mustName)
-      EXPECT_TRUE(rel::containsCi(err, w))
+      EXPECT_TRUE(harness::containsCi(err, w))
           << what << ": rank " << r << "'s error does not name '" << w << "': " << err;
   }
   printf("RELIABILITY-FIGURES mismatch %s: ranks=%d caught=%d\n", what, n, [&] {
@@ -115,7 +115,7 @@ void expectMismatch(const char *what, const std::vector<Call> &calls,
     for (int r = 0; r < n; r++) c += sh->result[r].load() == flagcxInvalidUsage;
     return c;
   }());
-  rel::freeShared(sh);
+  harness::freeShared(sh);
 }
 
 TEST(Mismatch, AllreduceCounts) {
@@ -208,15 +208,15 @@ void releaseWhenDone(Finished *f, int want, pid_t stopped, int maxSec) {
 
 void stoppedPeerDump(bool toFile) {
   std::string dir = tmpDir();
-  Finished *fin = rel::sharedBlock<Finished>();
+  Finished *fin = harness::sharedBlock<Finished>();
   std::string logPath = dir + "/stderr.0";
-  mr::Env env;
+  harness::Env env;
   // Into the log the dump goes at INFO (COLL), so that the WARN stays the cause.
   env.vars = {{"FLAGCX_TIMEOUT", "3"}, {"FLAGCX_FLIGHT_RECORDER_SIZE", "4"},
               {"FLAGCX_FLIGHT_RECORDER_FILE", toFile ? dir + "/fr.%r" : ""},
               {"FLAGCX_DEBUG", toFile ? "WARN" : "INFO"},
               {"FLAGCX_DEBUG_SUBSYS", toFile ? "INIT,ENV" : "INIT,ENV,COLL"}};
-  auto res = mr::run(2, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(2, [&](int rank, int nranks, flagcxUniqueId *id) {
     if (rank == 0 && !toFile) {
       if (!freopen(logPath.c_str(), "w", stderr)) return 9;
     }
@@ -241,15 +241,15 @@ void stoppedPeerDump(bool toFile) {
     // Rank 0 gives up after 3 s; then release rank 1 for good.
     releaseWhenDone(fin, 1, pids[1], 20);
   });
-  rel::freeShared(fin);
+  harness::freeShared(fin);
   EXPECT_EQ(res.status[0], 0) << res.describe();
-  std::string dump = rel::readFile(toFile ? dir + "/fr.0" : logPath);
+  std::string dump = harness::readFile(toFile ? dir + "/fr.0" : logPath);
   ASSERT_FALSE(dump.empty()) << (toFile ? "no dump at " + dir + "/fr.0" : "empty log");
-  EXPECT_TRUE(rel::containsCi(dump, "allreduce")) << dump;
+  EXPECT_TRUE(harness::containsCi(dump, "allreduce")) << dump;
   for (int i = 7; i <= 10; i++)
-    EXPECT_TRUE(rel::hasNumberToken(dump, 4000 + 4 * i)) << "op " << i << " missing:\n" << dump;
+    EXPECT_TRUE(harness::hasNumberToken(dump, 4000 + 4 * i)) << "op " << i << " missing:\n" << dump;
   for (int i = 0; i <= 5; i++)
-    EXPECT_FALSE(rel::hasNumberToken(dump, 4000 + 4 * i))
+    EXPECT_FALSE(harness::hasNumberToken(dump, 4000 + 4 * i))
         << "op " << i << " kept beyond FLAGCX_FLIGHT_RECORDER_SIZE=4:\n" << dump;
   if (toFile) {
     struct stat st;
@@ -291,7 +291,7 @@ std::string runInfo(const std::vector<std::string> &files, int *rc) {
 
 // Does the tool's output blame `rank` (and no other)?
 void expectBlames(const std::string &out, int rank, int nranks) {
-  std::string lo = rel::lower(out);
+  std::string lo = harness::lower(out);
   EXPECT_NE(lo.find("rank " + std::to_string(rank)), std::string::npos)
       << "compare-dumps does not name rank " << rank << ":\n" << out;
   // Whatever line names the culprit must not name the healthy ranks instead.
@@ -308,9 +308,9 @@ void expectBlames(const std::string &out, int rank, int nranks) {
 // #5).  Every rank fails and dumps; compare-dumps names rank 2 as diverged.
 TEST(FlightRecorder, CompareDumpsNamesDivergedRank) {
   std::string dir = tmpDir();
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", "3"}, {"FLAGCX_FLIGHT_RECORDER_FILE", dir + "/fr.%r"}};
-  auto res = mr::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     std::vector<float> in(4096, 1.f), out(4096);
@@ -334,7 +334,7 @@ TEST(FlightRecorder, CompareDumpsNamesDivergedRank) {
   }
   int rc = 0;
   std::string out = runInfo(files, &rc);
-  EXPECT_TRUE(rel::containsCi(out, "diverge")) << out;
+  EXPECT_TRUE(harness::containsCi(out, "diverge")) << out;
   expectBlames(out, 2, 3);
   rmTree(dir);
 }
@@ -344,10 +344,10 @@ TEST(FlightRecorder, CompareDumpsNamesDivergedRank) {
 // rank 2: its dump is missing while the others wait in #6.
 TEST(FlightRecorder, CompareDumpsNamesStoppedRank) {
   std::string dir = tmpDir();
-  Finished *fin = rel::sharedBlock<Finished>();
-  mr::Env env;
+  Finished *fin = harness::sharedBlock<Finished>();
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", "3"}, {"FLAGCX_FLIGHT_RECORDER_FILE", dir + "/fr.%r"}};
-  auto res = mr::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     std::vector<float> in(4096, 1.f), out(4096);
@@ -364,14 +364,14 @@ TEST(FlightRecorder, CompareDumpsNamesStoppedRank) {
     RANK_CHECK(r != flagcxSuccess, "allreduce with a stopped peer succeeded");
     return 0;
   }, env, 60, [&](std::vector<pid_t> &pids) { releaseWhenDone(fin, 2, pids[2], 30); });
-  rel::freeShared(fin);
+  harness::freeShared(fin);
   EXPECT_EQ(res.status[0], 0) << res.describe();
   EXPECT_EQ(res.status[1], 0) << res.describe();
   std::vector<std::string> files;
   for (int r = 0; r < 3; r++) files.push_back(dir + "/fr." + std::to_string(r));
   int rc = 0;
   std::string out = runInfo(files, &rc);
-  EXPECT_TRUE(rel::containsCi(out, "stopped")) << out;
+  EXPECT_TRUE(harness::containsCi(out, "stopped")) << out;
   expectBlames(out, 2, 3);
   rmTree(dir);
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "flagcx.h"
-#include "rel_util.h"
+#include "tests/common/inspect.h"
 
 namespace {
 
@@ -36,7 +36,7 @@ void runCases(const std::vector<Case> &cases) {
     const char *last = flagcxGetLastError(nullptr);
     ASSERT_NE(last, nullptr) << c.what;
     if (got != flagcxSuccess && !c.mention.empty())
-      EXPECT_TRUE(rel::containsCi(last, c.mention))
+      EXPECT_TRUE(harness::containsCi(last, c.mention))
           << c.what << ": flagcxGetLastError(NULL) does not name '" << c.mention << "': " << last;
   }
 }

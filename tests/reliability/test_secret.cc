@@ -9,10 +9,10 @@
 #include <random>
 #include <thread>
 
-#include "../mr/harness.h"
+#include "tests/common/harness.h"
 #include "rendezvous/socket.h"
 #include "rendezvous/uniqueid.h"
-#include "rel_util.h"
+#include "tests/common/inspect.h"
 
 namespace {
 
@@ -132,9 +132,9 @@ int jobBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, const std::str
     RANK_CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(90),
                "attacks never ended");
   }
-  int64_t t0 = rel::nowNs();
+  int64_t t0 = harness::nowNs();
   RANK_OK(flagcxCommDestroy(comm));
-  sh->destroyNs[rank] = rel::nowNs() - t0;
+  sh->destroyNs[rank] = harness::nowNs() - t0;
   fflush(stderr);
   return 0;
 }
@@ -142,14 +142,14 @@ int jobBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, const std::str
 // Attacks on every listening port of every rank process.
 void attackRanks(const std::vector<pid_t> &pids, Shared *sh, int nranks) {
   std::mt19937 g(std::random_device{}());
-  auto own = rel::ownListeners(std::vector<int>(pids.begin(), pids.end()));
+  auto own = harness::ownListeners(std::vector<int>(pids.begin(), pids.end()));
   for (size_t i = 0; i < pids.size(); i++) {
     pid_t pid = pids[i];
     for (const auto &l : own[i]) {
       for (Attack a : {Attack::Garbage, Attack::BadMagic, Attack::WrongSecret, Attack::WrongKind,
                        Attack::Truncated}) {
         for (int claim = 0; claim < nranks; claim++) {
-          int fd = rel::connectListener(l);
+          int fd = harness::connectListener(l);
           if (fd < 0) continue;
           sh->attempted++;
           if (intrude(fd, a, 2, claim, nranks, g))
@@ -168,11 +168,11 @@ void attackRanks(const std::vector<pid_t> &pids, Shared *sh, int nranks) {
 TEST(WrongSecret, JobSurvivesForeignConnections) {
   char tmpl[] = "/tmp/flagcx-secret-XXXXXX";
   std::string logDir = mkdtemp(tmpl) ? tmpl : "";
-  Shared *sh = rel::sharedBlock<Shared>();
-  mr::Env env;
+  Shared *sh = harness::sharedBlock<Shared>();
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", "20"}};
   const int n = 3;
-  auto res = mr::run(n, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(n, [&](int rank, int nranks, flagcxUniqueId *id) {
     if (rank == 0) {
       // Before joining, attack the root (it lives in the test process) from
       // a process of its own, as a stranger holding no secret would.
@@ -209,7 +209,7 @@ TEST(WrongSecret, JobSurvivesForeignConnections) {
   // The ranks logged the rejections.
   int logged = 0;
   for (int r = 0; r < n; r++) {
-    std::string log = rel::readFile(logDir + "/rank" + std::to_string(r) + ".log");
+    std::string log = harness::readFile(logDir + "/rank" + std::to_string(r) + ".log");
     size_t pos = 0;
     while ((pos = log.find("rejected", pos)) != std::string::npos) {
       logged++;
@@ -225,17 +225,17 @@ TEST(WrongSecret, JobSurvivesForeignConnections) {
     std::string cmd = "rm -rf '" + logDir + "'";
     if (system(cmd.c_str()) != 0) fprintf(stderr, "cannot remove %s\n", logDir.c_str());
   }
-  rel::freeShared(sh);
+  harness::freeShared(sh);
 }
 
 // Connections that say nothing at all.  They must not stall the set-up of
 // a communicator (FLAGCX_TIMEOUT=5 here: the root may not spend its budget
 // waiting on strangers) nor make flagcxCommAbort exceed 2 s.
 TEST(WrongSecret, SilentConnectionsDoNotStallInit) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", "5"}};
   std::vector<int> silent;
-  auto res = mr::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
     if (rank == 0) {
       flagcx::DecodedId d;
       RANK_OK(flagcx::decodeUniqueId(*id, &d));
@@ -248,10 +248,10 @@ TEST(WrongSecret, SilentConnectionsDoNotStallInit) {
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    int64_t t0 = rel::nowNs();
+    int64_t t0 = harness::nowNs();
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
-    double secs = rel::secsSince(t0);
+    double secs = harness::secsSince(t0);
     std::vector<float> buf(1024, 1.f);
     RANK_OK(flagcxAllReduce(buf.data(), buf.data(), buf.size(), flagcxFloat, flagcxSum, comm, nullptr));
     RANK_OK(flagcxCommDestroy(comm));
@@ -262,11 +262,11 @@ TEST(WrongSecret, SilentConnectionsDoNotStallInit) {
 }
 
 TEST(WrongSecret, SilentConnectionsDoNotDelayAbort) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", "20"}};
-  Shared *sh = rel::sharedBlock<Shared>();
+  Shared *sh = harness::sharedBlock<Shared>();
   std::vector<int> held;
-  auto res = mr::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     std::vector<float> buf(1024, 1.f);
@@ -275,18 +275,18 @@ TEST(WrongSecret, SilentConnectionsDoNotDelayAbort) {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!sh->attacksDone.load() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    int64_t t0 = rel::nowNs();
+    int64_t t0 = harness::nowNs();
     RANK_OK(flagcxCommAbort(comm));
-    double secs = rel::secsSince(t0);
+    double secs = harness::secsSince(t0);
     RANK_CHECK(secs < 2.0, "abort took %.2f s with a silent stranger connected", secs);
     return 0;
   }, env, 60, [&](std::vector<pid_t> &pids) {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (sh->ready.load() < 3 && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    for (auto &ls : rel::ownListeners(std::vector<int>(pids.begin(), pids.end())))
+    for (auto &ls : harness::ownListeners(std::vector<int>(pids.begin(), pids.end())))
       for (const auto &l : ls) {
-        int fd = rel::connectListener(l);
+        int fd = harness::connectListener(l);
         if (fd >= 0) held.push_back(fd);
       }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -295,7 +295,7 @@ TEST(WrongSecret, SilentConnectionsDoNotDelayAbort) {
   for (int fd : held) close(fd);
   EXPECT_FALSE(held.empty()) << "found no listening port in the rank processes";
   EXPECT_TRUE(res.allOk()) << res.describe();
-  rel::freeShared(sh);
+  harness::freeShared(sh);
 }
 
 }  // namespace

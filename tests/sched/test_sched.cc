@@ -108,10 +108,32 @@ void verifyShipped(int lo, int hi) {
         ASSERT_TRUE(verifyScript(*s, Topo{n, g}, &err, &skipped)) << err;
         if (skipped.empty()) verified++;
         double steps = -1, bytes = -1;
-        if (skipped.empty()) {
+        if (skipped.empty() && n > 1) {
+          // The hint against the schedule it describes.  steps is the
+          // critical path in messages: at least one, at most every message
+          // of the schedule.  bytes is per rank, as a fraction of the
+          // message: a message carries at most the whole message, so it is
+          // at most the busiest rank's number of messages sent and received;
+          // only a barrier moves nothing.
           ASSERT_TRUE(s->cost(Topo{n, g}, &steps, &bytes, &err)) << err;
-          EXPECT_GE(steps, 0);
-          EXPECT_GE(bytes, 0);
+          Schedule all;
+          ASSERT_TRUE(s->compileAll(Topo{n, g}, 0, &all, &err)) << err;
+          int messages = 0, busiest = 0;
+          for (const auto &rs : all.ranks) {
+            int sends = 0, recvs = 0;
+            for (const auto &step : rs.steps) {
+              sends += step.kind == StepKind::Send;
+              recvs += step.kind == StepKind::Recv || step.kind == StepKind::RecvReduce;
+            }
+            messages += sends;
+            busiest = std::max(busiest, sends + recvs);
+          }
+          std::string where = a.path + " n=" + std::to_string(n) + " g=" + std::to_string(g);
+          EXPECT_GE(steps, 1) << where;
+          EXPECT_LE(steps, messages) << where;
+          if (a.op == OpKind::Barrier) EXPECT_EQ(bytes, 0) << where;
+          else EXPECT_GT(bytes, 0) << where;
+          EXPECT_LE(bytes, busiest) << where;
         }
       }
       EXPECT_GT(verified, 0) << a.path << " applies at no ranks_per_host for nranks=" << n;

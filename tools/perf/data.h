@@ -1,24 +1,52 @@
-// Test data for the benchmarks: rank- and index-dependent values that every
-// dtype holds exactly, typed fill and check loops, and half/bfloat16
-// conversions of our own.  Values repeat with period kPeriod in the index, so
-// a fill or a check costs one table look-up per element.
+// Test data for the benchmarks (and the collective tests in tests/mr):
+// rank- and index-dependent values that every dtype holds exactly, typed
+// fill and check loops, and half/bfloat16 conversions of our own.
+//
+// The value rank r contributes at index i depends on r and on a key
+// k(i) in 0..15 only: value = ((r + k(i)) mod 16) + 1.  So
+//   - at any index the ranks (up to 16) hold different values, and every
+//     rank holds the largest value at the indices where k = 15 - r and the
+//     smallest where k = -r (mod 16): over any 16 consecutive indices every
+//     rank wins some elements of a max and of a min (a max that returns one
+//     particular rank's value is caught);
+//   - k is not periodic: its low part is a permutation of i mod 16 and its
+//     high part an odd-weighted sum of i's higher hex digits, so the blocks
+//     of one rank's buffer differ from each other (a scatter or an alltoall
+//     that hands out the wrong block is caught; tests/mr checks this
+//     property for every count and rank count it uses).
+// A fill or a check costs one table look-up per element (the table is
+// indexed by the key) plus a few operations per 16 elements.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "flagcx.h"
 
 namespace perf {
 
-constexpr size_t kPeriod = 21;  // lcm of the two patterns below (7 and 3)
+constexpr size_t kKeys = 16;
 
-// The value rank `rank` contributes at index `i` for reduction `op`
-// (products stay small: factors are 1 or 2).
+// The part of the key given by i >> 4 (added to 5 * (i mod 16)).
+inline unsigned highKey(size_t hi) {
+  unsigned d = 0, w = 3;
+  for (; hi; hi >>= 4, w += 2) d += w * static_cast<unsigned>(hi & 15);
+  return d;
+}
+inline unsigned patternKey(size_t i) { return (5u * static_cast<unsigned>(i & 15) + highKey(i >> 4)) & 15u; }
+
+// The value rank `rank` contributes where the key is `key`, for reduction
+// `op`.  Products stay small: factors are 1 or 2, and at most 4 of any 16
+// consecutive ranks hold a 2 at one index.
+inline double keyValue(int rank, unsigned key, flagcxRedOp_t op) {
+  unsigned k = (static_cast<unsigned>(rank) + key) & 15u;
+  if (op == flagcxProd) return k < 4 ? 2 : 1;
+  return static_cast<double>(k + 1);
+}
 inline double sourceValue(int rank, size_t i, flagcxRedOp_t op) {
-  if (op == flagcxProd) return ((static_cast<size_t>(rank) * 7 + i) % 3 == 0) ? 2 : 1;
-  return static_cast<double>((static_cast<size_t>(rank) * 3 + i * 5) % 7 + 1 + (rank % 2) * 8);
+  return keyValue(rank, patternKey(i), op);
 }
 
 struct Half { uint16_t bits; };
@@ -80,28 +108,35 @@ template <class T> inline double toDouble(T v) { return static_cast<double>(v); 
 template <> inline double toDouble<Half>(Half v) { return halfBitsToFloat(v.bits); }
 template <> inline double toDouble<Bf16>(Bf16 v) { return bf16BitsToFloat(v.bits); }
 
-// p[i] = table[(idx0 + i) % kPeriod], the table given as doubles.
+// p[i] = table[patternKey(idx0 + i)], the table given as doubles.
 template <class T> void fillTyped(void *buf, size_t n, size_t idx0, const double *table) {
-  T typed[kPeriod];
-  for (size_t k = 0; k < kPeriod; k++) typed[k] = fromDouble<T>(table[k]);
+  T typed[kKeys];
+  for (size_t k = 0; k < kKeys; k++) typed[k] = fromDouble<T>(table[k]);
   T *p = static_cast<T *>(buf);
-  size_t k = idx0 % kPeriod;
+  unsigned hk = highKey(idx0 >> 4);
   for (size_t i = 0; i < n; i++) {
-    p[i] = typed[k];
-    if (++k == kPeriod) k = 0;
+    size_t g = idx0 + i;
+    if ((g & 15) == 0) hk = highKey(g >> 4);
+    p[i] = typed[(5u * static_cast<unsigned>(g & 15) + hk) & 15u];
   }
 }
 
-// Number of elements of p[0..n) that differ from table[(idx0 + i) % kPeriod]
-// by more than `tol` (relative, at least 1 in absolute terms).
+// Number of elements of p[0..n) that differ from table[patternKey(idx0 + i)]
+// by more than `tol` (relative, at least 1 in absolute terms).  *firstBad
+// (when given) gets the index of the first one.
 template <class T> size_t checkTyped(const void *buf, size_t n, size_t idx0, const double *table,
-                                     double tol) {
+                                     double tol, size_t *firstBad = nullptr) {
   const T *p = static_cast<const T *>(buf);
-  size_t k = idx0 % kPeriod, wrong = 0;
+  size_t wrong = 0;
+  unsigned hk = highKey(idx0 >> 4);
   for (size_t i = 0; i < n; i++) {
-    double got = toDouble<T>(p[i]), want = table[k];
-    if (!(std::fabs(got - want) <= tol * std::fmax(1.0, std::fabs(want)))) wrong++;
-    if (++k == kPeriod) k = 0;
+    size_t g = idx0 + i;
+    if ((g & 15) == 0) hk = highKey(g >> 4);
+    double got = toDouble<T>(p[i]), want = table[(5u * static_cast<unsigned>(g & 15) + hk) & 15u];
+    if (!(std::fabs(got - want) <= tol * std::fmax(1.0, std::fabs(want)))) {
+      if (!wrong && firstBad) *firstBad = i;
+      wrong++;
+    }
   }
   return wrong;
 }
@@ -126,8 +161,8 @@ template <class T> struct Fill {
   static int call(void *b, size_t n, size_t i0, const double *t) { fillTyped<T>(b, n, i0, t); return 0; }
 };
 template <class T> struct Check {
-  static size_t call(const void *b, size_t n, size_t i0, const double *t, double tol) {
-    return checkTyped<T>(b, n, i0, t, tol);
+  static size_t call(const void *b, size_t n, size_t i0, const double *t, double tol, size_t *bad) {
+    return checkTyped<T>(b, n, i0, t, tol, bad);
   }
 };
 template <class T> struct Store {  // the value as the type holds it
@@ -143,18 +178,18 @@ inline double tolerance(flagcxDataType_t dt) {
   return 1e-5;
 }
 
-// table[k] = what `rank` sends at index k, as dtype holds it.
+// table[k] = what `rank` sends where the key is k, as dtype holds it.
 inline void sourceTable(int rank, flagcxDataType_t dt, flagcxRedOp_t op, double *table) {
-  for (size_t k = 0; k < kPeriod; k++) table[k] = dispatch<Store>(dt, sourceValue(rank, k, op));
+  for (unsigned k = 0; k < kKeys; k++) table[k] = dispatch<Store>(dt, keyValue(rank, k, op));
 }
 
-// table[k] = the reduction over all ranks at index k, as dtype holds it
-// (integers wrap; an integer average truncates).
+// table[k] = the reduction over all ranks where the key is k, as dtype holds
+// it (integers wrap; an integer average truncates).
 inline void reducedTable(int nranks, flagcxDataType_t dt, flagcxRedOp_t op, double *table) {
-  for (size_t k = 0; k < kPeriod; k++) {
-    double acc = dispatch<Store>(dt, sourceValue(0, k, op));
+  for (unsigned k = 0; k < kKeys; k++) {
+    double acc = dispatch<Store>(dt, keyValue(0, k, op));
     for (int r = 1; r < nranks; r++) {
-      double v = dispatch<Store>(dt, sourceValue(r, k, op));
+      double v = dispatch<Store>(dt, keyValue(r, k, op));
       switch (op) {
         case flagcxProd: acc *= v; break;
         case flagcxMax: acc = std::fmax(acc, v); break;

@@ -3,245 +3,40 @@
 // MPI launches the ranks and broadcasts flagcx's unique id; everything timed
 // as "flagcx" moves through flagcx on a stream of the device handle.  With
 // -m 1 the same buffers also go through MPI's own collective, in the same
-// run, so that the ratio compares like with like.
+// run and measured the same way, so that the ratio compares like with like.
+// With -s the ranks split into groups (FlagCX's split mask), one communicator
+// each; group 0 prints.
 #include "harness.h"
 
-#include <getopt.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
-#include <type_traits>
 #include <vector>
 
-#include "data.h"
+#include "bench.h"
 #include "flagcx.h"
 
 namespace perf {
+
+[[noreturn]] void fail(Bench &b, const char *what, flagcxResult_t r) {
+  fprintf(stderr, "rank %d: %s failed: %s (%s)\n", b.worldRank, what, flagcxGetErrorString(r),
+          flagcxGetLastError(b.comm));
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
 namespace {
-
-// ---------------------------------------------------------------- the table
-
-enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, Gather, Scatter,
-                AlltoAll, AlltoAllv, SendRecv };
-
-// Sizes follow nccl-tests: `bytes` is the largest buffer of the call (the
-// gathered output, the scattered input, the whole alltoall buffer) and a
-// "blocked" op moves nranks blocks of bytes/nranks.  Bus bandwidth factors
-// are nccl-tests' too.
-struct OpInfo {
-  const char *name;
-  Op op;
-  bool reduces, rooted, blocked;
-  bool sendIsFull, recvIsFull;  // buffer holds all nranks blocks (else one)
-  double (*busFactor)(int n);
-};
-
-double allFactor(int n) { return 2.0 * (n - 1) / n; }
-double partFactor(int n) { return static_cast<double>(n - 1) / n; }
-double oneFactor(int) { return 1.0; }
-
-const OpInfo kOps[] = {
-    {"allreduce", Op::AllReduce, true, false, false, true, true, allFactor},
-    {"allgather", Op::AllGather, false, false, true, false, true, partFactor},
-    {"reducescatter", Op::ReduceScatter, true, false, true, true, false, partFactor},
-    {"broadcast", Op::Broadcast, false, true, false, true, true, oneFactor},
-    {"reduce", Op::Reduce, true, true, false, true, true, oneFactor},
-    {"gather", Op::Gather, false, true, true, false, true, partFactor},
-    {"scatter", Op::Scatter, false, true, true, true, false, partFactor},
-    {"alltoall", Op::AlltoAll, false, false, true, true, true, partFactor},
-    {"alltoallv", Op::AlltoAllv, false, false, true, true, true, partFactor},
-    {"sendrecv", Op::SendRecv, false, false, false, true, true, oneFactor},
-};
-
-struct TypeInfo {
-  const char *name;
-  flagcxDataType_t dt;
-  MPI_Datatype mpiReduce;  // MPI_DATATYPE_NULL: MPI cannot reduce it
-  MPI_Datatype mpiMove;    // same size, for data movement only
-};
-
-const TypeInfo kTypes[] = {
-    {"int8", flagcxInt8, MPI_INT8_T, MPI_INT8_T},
-    {"uint8", flagcxUint8, MPI_UINT8_T, MPI_UINT8_T},
-    {"int32", flagcxInt32, MPI_INT32_T, MPI_INT32_T},
-    {"uint32", flagcxUint32, MPI_UINT32_T, MPI_UINT32_T},
-    {"int64", flagcxInt64, MPI_INT64_T, MPI_INT64_T},
-    {"uint64", flagcxUint64, MPI_UINT64_T, MPI_UINT64_T},
-    {"half", flagcxFloat16, MPI_DATATYPE_NULL, MPI_UINT16_T},
-    {"float", flagcxFloat32, MPI_FLOAT, MPI_FLOAT},
-    {"double", flagcxFloat64, MPI_DOUBLE, MPI_DOUBLE},
-    {"bfloat16", flagcxBfloat16, MPI_DATATYPE_NULL, MPI_UINT16_T},
-};
-const struct { const char *alias, *name; } kTypeAliases[] = {
-    {"char", "int8"}, {"int", "int32"}, {"float16", "half"}, {"fp16", "half"},
-    {"float32", "float"}, {"fp32", "float"}, {"float64", "double"}, {"fp64", "double"},
-    {"bf16", "bfloat16"}};
-
-struct RedInfo {
-  const char *name;
-  flagcxRedOp_t op;
-  MPI_Op mpi;  // MPI_OP_NULL: no MPI equivalent
-};
-const RedInfo kRedOps[] = {{"sum", flagcxSum, MPI_SUM},
-                           {"prod", flagcxProd, MPI_PROD},
-                           {"max", flagcxMax, MPI_MAX},
-                           {"min", flagcxMin, MPI_MIN},
-                           {"avg", flagcxAvg, MPI_OP_NULL}};
-
-// ---------------------------------------------------------------- options
-
-struct Options {
-  size_t minBytes = 1024, maxBytes = 64u << 20, factor = 2;
-  int warmup = 5, iters = 20;
-  bool print = false, check = true, mpi = false;
-  int root = -1;  // -1: every root in turn
-  std::vector<const TypeInfo *> types;
-  std::vector<const RedInfo *> redops;
-  std::string algo, json;
-};
-
-void usage(FILE *f, const char *prog) {
-  fprintf(f,
-          "usage: mpiexec -n N %s [flags]\n"
-          "  -b BYTES   smallest size (K/M/G suffixes, binary), default 1K\n"
-          "  -e BYTES   largest size, default 64M\n"
-          "  -f N       multiply the size by N each step, default 2\n"
-          "  -w N       warm-up iterations per size, default 5\n"
-          "  -n N       timed iterations per size, default 20\n"
-          "  -p 0|1     print an excerpt of rank 0's result buffer, default 0\n"
-          "  -r ROOT    root of rooted ops, default: every root in turn\n"
-          "  -d TYPE    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or all "
-          "(default float; a comma list works too)\n"
-          "  -o OP      sum prod max min avg, or all (default sum; a comma list works too)\n"
-          "  -c 0|1     check every element of the results, default 1\n"
-          "  -m 0|1     also time MPI's own collective on the same buffers, default 0\n"
-          "  -a NAME    force the algorithm (FLAGCX_ALGO=<op>:NAME; flagcx-algo list shows names)\n"
-          "  -J FILE    append every row to FILE as one JSON object per line\n"
-          "  -h         this help\n"
-          "Sizes are the largest buffer of the call, as in nccl-tests; time is the slowest\n"
-          "rank's average; busbw = algbw x the op's nccl-tests factor.\n",
-          prog);
-}
-
-bool parseBytes(const char *s, size_t *out) {
-  char *end = nullptr;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return false;
-  double mult = 1;
-  switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    default: break;
-  }
-  if (*end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end) return false;
-  *out = static_cast<size_t>(v * mult);
-  return true;
-}
-
-bool parseInt(const char *s, long lo, long hi, long *out) {
-  char *end = nullptr;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-template <class T, size_t N, class Name>
-bool parseList(const char *arg, const T (&table)[N], Name canonical, std::vector<const T *> *out) {
-  out->clear();
-  std::string s(arg);
-  if (s == "all") {
-    for (auto &t : table) out->push_back(&t);
-    return true;
-  }
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    item = canonical(item);
-    const T *found = nullptr;
-    for (auto &t : table)
-      if (item == t.name) found = &t;
-    if (!found) return false;
-    out->push_back(found);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return !out->empty();
-}
-
-// 0: parsed; 2: bad flags; 3: -h.
-int parseOptions(int argc, char **argv, Options *o, std::string *err) {
-  o->types = {&kTypes[7]};     // float
-  o->redops = {&kRedOps[0]};   // sum
-  optind = 1;
-  opterr = 0;
-  int c;
-  long v = 0;
-  while ((c = getopt(argc, argv, "b:e:f:w:n:p:r:d:o:c:m:a:J:h")) != -1) {
-    bool ok = true;
-    switch (c) {
-      case 'b': ok = parseBytes(optarg, &o->minBytes); break;
-      case 'e': ok = parseBytes(optarg, &o->maxBytes); break;
-      case 'f': ok = parseInt(optarg, 1, 1 << 20, &v); o->factor = static_cast<size_t>(v); break;
-      case 'w': ok = parseInt(optarg, 0, 1 << 24, &v); o->warmup = static_cast<int>(v); break;
-      case 'n': ok = parseInt(optarg, 1, 1 << 24, &v); o->iters = static_cast<int>(v); break;
-      case 'p': ok = parseInt(optarg, 0, 1, &v); o->print = v; break;
-      case 'c': ok = parseInt(optarg, 0, 1, &v); o->check = v; break;
-      case 'm': ok = parseInt(optarg, 0, 1, &v); o->mpi = v; break;
-      case 'r': ok = parseInt(optarg, -1, INT_MAX, &v); o->root = static_cast<int>(v); break;
-      case 'd':
-        ok = parseList(optarg, kTypes, [](std::string s) {
-          for (auto &a : kTypeAliases)
-            if (s == a.alias) return std::string(a.name);
-          return s;
-        }, &o->types);
-        break;
-      case 'o':
-        ok = parseList(optarg, kRedOps, [](std::string s) { return s; }, &o->redops);
-        break;
-      case 'a': o->algo = optarg; ok = !o->algo.empty(); break;
-      case 'J': o->json = optarg; break;
-      case 'h': return 3;
-      default:
-        *err = optopt ? std::string("unknown flag or missing value: -") + static_cast<char>(optopt)
-                      : "bad flag";
-        return 2;
-    }
-    if (!ok) {
-      *err = std::string("bad value for -") + static_cast<char>(c) + ": " + optarg;
-      return 2;
-    }
-  }
-  if (optind < argc) {
-    *err = std::string("unexpected argument: ") + argv[optind];
-    return 2;
-  }
-  if (o->minBytes > o->maxBytes) {
-    *err = "-b is larger than -e";
-    return 2;
-  }
-  return 0;
-}
-
-// ---------------------------------------------------------------- helpers
-
-double nowSec() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Bytes this host can still give us (MemAvailable), or 0 when unknown.
 uint64_t availableMemory() {
@@ -267,338 +62,144 @@ std::string humanBytes(double b) {
   return s;
 }
 
-// Per-peer element counts of the alltoallv benchmark: about `block` each,
-// uneven on purpose (block-1 .. block+1).
-size_t vcount(size_t block, int src, int dst) {
-  return block ? block + static_cast<size_t>(src + 2 * dst) % 3 - 1 : 0;
+// ---------------------------------------------------------------- timing
+//
+// A point (one size, dtype, reduction, root) is measured so that neither
+// side is timed cold: run() makes one untimed call of every size first (MPI
+// maps its shared-memory pages per size during its first calls, flagcx
+// faults in its rings), then each point warms up each side for at least -w
+// calls and -W ms, and sizes its timed runs from the warm-up's pace: at
+// least -n calls and about -T ms each.  --repeat runs are taken, flagcx and
+// MPI alternating, and the median, min and max are kept.  Every decision is
+// made from values agreed over the group (MPI_Allreduce), so all ranks make
+// the same number of calls.
+
+double nowSec() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-struct Layout {  // one call's shape at one size
-  size_t bytes = 0;    // reported size
-  size_t count = 0;    // count argument of the call (per-rank block for blocked ops)
-  size_t sendElems = 0, recvElems = 0;
-  std::vector<size_t> sc, sd, rc, rd;  // alltoallv
+// The slowest rank's time of `calls` calls of `one` (then `finish`), per call.
+template <class F, class G> double timeCalls(Bench &b, int calls, F &&one, G &&finish) {
+  MPI_Barrier(b.mpiComm);
+  double t0 = nowSec();
+  for (int i = 0; i < calls; i++) one();
+  finish();
+  double mine = (nowSec() - t0) / std::max(calls, 1), slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, b.mpiComm);
+  return slowest;
+}
+
+// Warms up (at least opt.warmup calls and opt.warmupMs) and returns the
+// number of calls of one timed run.
+template <class F, class G> int warmUp(Bench &b, F &&one, G &&finish) {
+  const Options &o = b.opt;
+  double spent = 0, perCall = 0;
+  int done = 0, batch = std::max(o.warmup, 1);
+  while (done < o.warmup || spent * 1e3 < o.warmupMs) {
+    perCall = timeCalls(b, batch, one, finish);
+    spent += perCall * batch;
+    done += batch;
+    batch = std::min(batch * 2, 1 << 20);
+    if (o.warmup == 0 && o.warmupMs == 0) break;
+  }
+  long calls = o.iters;
+  if (o.targetMs > 0 && perCall > 0)
+    calls = std::max<long>(calls, std::lround(o.targetMs * 1e-3 / perCall));
+  return static_cast<int>(std::min<long>(calls, 1 << 24));
+}
+
+struct Stats {
+  std::vector<double> runs;  // seconds per call, one per repetition
+  double median() const {
+    std::vector<double> v = runs;
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  double lo() const { return runs.empty() ? 0 : *std::min_element(runs.begin(), runs.end()); }
+  double hi() const { return runs.empty() ? 0 : *std::max_element(runs.begin(), runs.end()); }
+  double spread() const {  // (max - min) / median
+    double m = median();
+    return m > 0 ? (hi() - lo()) / m : 0;
+  }
 };
 
-Layout layoutFor(const OpInfo &op, size_t bytes, size_t ts, int nranks, int rank) {
-  Layout l;
-  size_t n = static_cast<size_t>(nranks);
-  if (op.blocked) {
-    size_t block = bytes / (ts * n);
-    l.count = block;
-    l.bytes = block * n * ts;
-    l.sendElems = op.sendIsFull ? block * n : block;
-    l.recvElems = op.recvIsFull ? block * n : block;
-  } else {
-    l.count = bytes / ts;
-    l.bytes = l.count * ts;
-    l.sendElems = l.recvElems = l.count;
-  }
-  if (op.op == Op::AlltoAllv) {
-    l.sc.resize(n); l.sd.resize(n); l.rc.resize(n); l.rd.resize(n);
-    size_t s = 0, r = 0;
-    for (int p = 0; p < nranks; p++) {
-      size_t pi = static_cast<size_t>(p);
-      l.sc[pi] = vcount(l.count, rank, p);
-      l.rc[pi] = vcount(l.count, p, rank);
-      l.sd[pi] = s; l.rd[pi] = r;
-      s += l.sc[pi]; r += l.rc[pi];
-    }
-    l.sendElems = s;
-    l.recvElems = r;
-  }
-  return l;
-}
-
-// Upper bound of the per-rank buffer bytes for a size (alltoallv's slack included).
-void bufferBytes(const OpInfo &op, size_t bytes, int nranks, size_t *send, size_t *recv) {
-  size_t n = static_cast<size_t>(nranks), slack = op.op == Op::AlltoAllv ? n * 8 : 0;
-  *send = (op.blocked && !op.sendIsFull ? bytes / n : bytes) + slack + 64;
-  *recv = (op.blocked && !op.recvIsFull ? bytes / n : bytes) + slack + 64;
-}
-
-struct Bench {
-  const OpInfo *op;
-  Options opt;
-  int rank = 0, nranks = 1, localRanks = 1, localRank = 0, nhosts = 1;
-  flagcxDeviceHandle_t dev = nullptr;
-  flagcxComm_t comm = nullptr;
-  flagcxStream_t stream = nullptr;
-  void *send = nullptr, *recv = nullptr;  // what flagcx gets (device memory on a GPU)
-  // Where inputs are written and results checked: send/recv themselves on
-  // the host adapter; host mirrors, copied to and from the device, on a GPU.
-  bool onDevice = false;
-  std::vector<char> hostSend, hostRecv;
-  void *hsend = nullptr, *hrecv = nullptr;
-  size_t sendCap = 0, recvCap = 0;
-  FILE *json = nullptr;
-  std::string algoLabel, algoName, transport;  // header text; JSON "algo"
-  size_t totalWrong = 0;
-};
-
-[[noreturn]] void fail(Bench &b, const char *what, flagcxResult_t r) {
-  fprintf(stderr, "rank %d: %s failed: %s (%s)\n", b.rank, what, flagcxGetErrorString(r),
-          flagcxGetLastError(b.comm));
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(1);
-}
-
-// One flagcx call of the benchmark, enqueued on the stream.
-flagcxResult_t callFlagcx(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop,
-                          int root) {
-  void *s = b.send, *r = b.recv;
-  switch (b.op->op) {
-    case Op::AllReduce: return flagcxAllReduce(s, r, l.count, dt, rop, b.comm, b.stream);
-    case Op::AllGather: return flagcxAllGather(s, r, l.count, dt, b.comm, b.stream);
-    case Op::ReduceScatter: return flagcxReduceScatter(s, r, l.count, dt, rop, b.comm, b.stream);
-    case Op::Broadcast: return flagcxBroadcast(s, r, l.count, dt, root, b.comm, b.stream);
-    case Op::Reduce: return flagcxReduce(s, r, l.count, dt, rop, root, b.comm, b.stream);
-    case Op::Gather: return flagcxGather(s, r, l.count, dt, root, b.comm, b.stream);
-    case Op::Scatter: return flagcxScatter(s, r, l.count, dt, root, b.comm, b.stream);
-    case Op::AlltoAll: return flagcxAlltoAll(s, r, l.count, dt, b.comm, b.stream);
-    case Op::AlltoAllv: {
-      auto &m = const_cast<Layout &>(l);
-      return flagcxAlltoAllv(s, m.sc.data(), m.sd.data(), r, m.rc.data(), m.rd.data(), dt, b.comm,
-                             b.stream);
-    }
-    case Op::SendRecv: {
-      int next = (b.rank + 1) % b.nranks, prev = (b.rank + b.nranks - 1) % b.nranks;
-      flagcxResult_t res = flagcxGroupStart(b.comm);
-      if (res == flagcxSuccess) res = flagcxSend(s, l.count, dt, next, b.comm, b.stream);
-      if (res == flagcxSuccess) res = flagcxRecv(r, l.count, dt, prev, b.comm, b.stream);
-      flagcxResult_t e = flagcxGroupEnd(b.comm);
-      return res != flagcxSuccess ? res : e;
-    }
-  }
-  return flagcxInternalError;
-}
-
-// Whether MPI can run the same call; `why` says why not.
-bool mpiCan(const Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red,
-            const char **why) {
-  if (b.onDevice) { *why = "device buffers"; return false; }
-  if (b.op->reduces && t.mpiReduce == MPI_DATATYPE_NULL) { *why = "no MPI type"; return false; }
-  if (b.op->reduces && red.mpi == MPI_OP_NULL) { *why = "no MPI op"; return false; }
-  if (l.sendElems > INT_MAX || l.recvElems > INT_MAX) { *why = "count > INT_MAX"; return false; }
-  return true;
-}
-
-void callMpi(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root) {
-  MPI_Datatype dt = b.op->reduces ? t.mpiReduce : t.mpiMove;
-  int c = static_cast<int>(l.count);
-  void *s = b.send, *r = b.recv;
-  MPI_Comm w = MPI_COMM_WORLD;
-  switch (b.op->op) {
-    case Op::AllReduce: MPI_Allreduce(s, r, c, dt, red.mpi, w); break;
-    case Op::AllGather: MPI_Allgather(s, c, dt, r, c, dt, w); break;
-    case Op::ReduceScatter: MPI_Reduce_scatter_block(s, r, c, dt, red.mpi, w); break;
-    case Op::Broadcast: MPI_Bcast(r, c, dt, root, w); break;
-    case Op::Reduce: MPI_Reduce(s, r, c, dt, red.mpi, root, w); break;
-    case Op::Gather: MPI_Gather(s, c, dt, r, c, dt, root, w); break;
-    case Op::Scatter: MPI_Scatter(s, c, dt, r, c, dt, root, w); break;
-    case Op::AlltoAll: MPI_Alltoall(s, c, dt, r, c, dt, w); break;
-    case Op::AlltoAllv: {
-      size_t n = static_cast<size_t>(b.nranks);
-      std::vector<int> sc(n), sd(n), rc(n), rd(n);
-      for (size_t p = 0; p < n; p++) {
-        sc[p] = static_cast<int>(l.sc[p]); sd[p] = static_cast<int>(l.sd[p]);
-        rc[p] = static_cast<int>(l.rc[p]); rd[p] = static_cast<int>(l.rd[p]);
-      }
-      MPI_Alltoallv(s, sc.data(), sd.data(), dt, r, rc.data(), rd.data(), dt, w);
-      break;
-    }
-    case Op::SendRecv: {
-      int next = (b.rank + 1) % b.nranks, prev = (b.rank + b.nranks - 1) % b.nranks;
-      MPI_Sendrecv(s, c, dt, next, 7, r, c, dt, prev, 7, w, MPI_STATUS_IGNORE);
-      break;
-    }
-  }
-}
-
-// Fills the send buffer with this rank's values and the receive buffer with
-// a sentinel no correct result equals.
-void fillInputs(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop) {
-  double table[kPeriod];
-  sourceTable(b.rank, dt, rop, table);
-  size_t ts = getFlagcxDataTypeSize(dt);
-  dispatch<Fill>(dt, b.hsend, l.sendElems, size_t{0}, static_cast<const double *>(table));
-  memset(b.hrecv, 0xEE, std::max<size_t>(l.recvElems * ts, 1));
-  if (b.onDevice) {
-    flagcxResult_t r = b.dev->deviceMemcpy(b.send, b.hsend, l.sendElems * ts, flagcxMemcpyHostToDevice, nullptr);
-    if (r == flagcxSuccess)
-      r = b.dev->deviceMemcpy(b.recv, b.hrecv, std::max<size_t>(l.recvElems * ts, 1),
-                              flagcxMemcpyHostToDevice, nullptr);
-    // A copy from pageable memory may return before it has landed; the
-    // benchmark's stream does not wait for the legacy stream by itself.
-    if (r == flagcxSuccess) r = b.dev->deviceSynchronize();
-    if (r != flagcxSuccess) fail(b, "deviceMemcpy (inputs)", r);
-  }
-}
-
-// Wrong elements of this rank's result.
-size_t checkResult(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop, int root) {
-  size_t ts = getFlagcxDataTypeSize(dt), n = static_cast<size_t>(b.nranks);
-  size_t r = static_cast<size_t>(b.rank), B = l.count;
-  double tol = tolerance(dt), table[kPeriod];
-  char *out = static_cast<char *>(b.hrecv);
-  auto check = [&](size_t off, size_t len, size_t idx0) {
-    return dispatch<Check>(dt, static_cast<const void *>(out + off * ts), len, idx0,
-                           static_cast<const double *>(table), tol);
-  };
-  size_t wrong = 0;
-  switch (b.op->op) {
-    case Op::AllReduce:
-    case Op::Reduce:
-      if (b.op->op == Op::Reduce && b.rank != root) break;
-      reducedTable(b.nranks, dt, rop, table);
-      wrong = check(0, l.count, 0);
-      break;
-    case Op::ReduceScatter:
-      reducedTable(b.nranks, dt, rop, table);
-      wrong = check(0, B, r * B);
-      break;
-    case Op::Broadcast:
-      sourceTable(root, dt, rop, table);
-      wrong = check(0, l.count, 0);
-      break;
-    case Op::Scatter:
-      sourceTable(root, dt, rop, table);
-      wrong = check(0, B, r * B);
-      break;
-    case Op::AllGather:
-    case Op::Gather:
-      if (b.op->op == Op::Gather && b.rank != root) break;
-      for (size_t p = 0; p < n; p++) {
-        sourceTable(static_cast<int>(p), dt, rop, table);
-        wrong += check(p * B, B, 0);
-      }
-      break;
-    case Op::AlltoAll:
-      for (size_t p = 0; p < n; p++) {
-        sourceTable(static_cast<int>(p), dt, rop, table);
-        wrong += check(p * B, B, r * B);
-      }
-      break;
-    case Op::AlltoAllv:
-      for (int p = 0; p < b.nranks; p++) {
-        size_t pi = static_cast<size_t>(p), senderDispl = 0;
-        for (int q = 0; q < b.rank; q++) senderDispl += vcount(B, p, q);
-        sourceTable(p, dt, rop, table);
-        wrong += check(l.rd[pi], l.rc[pi], senderDispl);
-      }
-      break;
-    case Op::SendRecv:
-      sourceTable((b.rank + b.nranks - 1) % b.nranks, dt, rop, table);
-      wrong = check(0, l.count, 0);
-      break;
-  }
-  return wrong;
-}
-
-void printExcerpt(Bench &b, const Layout &l, flagcxDataType_t dt) {
-  if (b.rank != 0) return;
-  size_t shown = std::min<size_t>(l.recvElems, 8);
-  printf("#   rank 0 recvbuff[0..%zu):", shown);
-  double v;
-  for (size_t i = 0; i < shown; i++) {
-    switch (dt) {
-      case flagcxInt8: v = static_cast<int8_t *>(b.hrecv)[i]; break;
-      case flagcxUint8: v = static_cast<uint8_t *>(b.hrecv)[i]; break;
-      case flagcxInt32: v = static_cast<int32_t *>(b.hrecv)[i]; break;
-      case flagcxUint32: v = static_cast<uint32_t *>(b.hrecv)[i]; break;
-      case flagcxInt64: v = static_cast<double>(static_cast<int64_t *>(b.hrecv)[i]); break;
-      case flagcxUint64: v = static_cast<double>(static_cast<uint64_t *>(b.hrecv)[i]); break;
-      case flagcxFloat16: v = halfBitsToFloat(static_cast<uint16_t *>(b.hrecv)[i]); break;
-      case flagcxBfloat16: v = bf16BitsToFloat(static_cast<uint16_t *>(b.hrecv)[i]); break;
-      case flagcxFloat64: v = static_cast<double *>(b.hrecv)[i]; break;
-      default: v = static_cast<float *>(b.hrecv)[i]; break;
-    }
-    printf(" %g", v);
-  }
-  printf("%s\n", l.recvElems > shown ? " ..." : "");
-}
-
-// Checks (once) and times one row; prints it on rank 0.
+// Checks, warms up and times one point; prints it.
 void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root) {
   flagcxResult_t res;
-  size_t wrong = 0;
-  // The checked call uses fresh inputs; the timed calls reuse them.
-  fillInputs(b, l, t.dt, red.op);
-  if (b.opt.check) {
+  auto flagcxOne = [&] {
     if ((res = callFlagcx(b, l, t.dt, red.op, root)) != flagcxSuccess) fail(b, b.op->name, res);
+  };
+  auto flagcxDone = [&] {
     if ((res = b.dev->streamSynchronize(b.stream)) != flagcxSuccess) fail(b, "streamSynchronize", res);
-    if (b.onDevice && l.recvElems &&
-        (res = b.dev->deviceMemcpy(b.hrecv, b.recv, l.recvElems * getFlagcxDataTypeSize(t.dt),
-                                   flagcxMemcpyDeviceToHost, nullptr)) != flagcxSuccess)
-      fail(b, "deviceMemcpy (results)", res);
-    // PERF_CORRUPT=1 spoils one result element on rank 0: proves the check sees it.
-    if (b.rank == 0 && l.recvElems && getenv("PERF_CORRUPT")) static_cast<unsigned char *>(b.hrecv)[getFlagcxDataTypeSize(t.dt) - 1] ^= 0x40;
-    size_t mine = checkResult(b, l, t.dt, red.op, root);
-    unsigned long long m = mine, all = 0;
-    MPI_Allreduce(&m, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    wrong = static_cast<size_t>(all);
-    if (mine) fprintf(stderr, "rank %d: %s %s %s root %d, %zu bytes: %zu wrong element(s)\n",
-                      b.rank, b.op->name, t.name, red.name, root, l.bytes, mine);
-  }
-  if (b.opt.print) printExcerpt(b, l, t.dt);
-  for (int i = 0; i < b.opt.warmup; i++)
-    if ((res = callFlagcx(b, l, t.dt, red.op, root)) != flagcxSuccess) fail(b, b.op->name, res);
-  if ((res = b.dev->streamSynchronize(b.stream)) != flagcxSuccess) fail(b, "streamSynchronize", res);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = nowSec();
-  for (int i = 0; i < b.opt.iters; i++)
-    if ((res = callFlagcx(b, l, t.dt, red.op, root)) != flagcxSuccess) fail(b, b.op->name, res);
-  if ((res = b.dev->streamSynchronize(b.stream)) != flagcxSuccess) fail(b, "streamSynchronize", res);
-  double mine = (nowSec() - t0) / b.opt.iters, slowest = 0;
-  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-
-  double mpiTime = -1;
+  };
   const char *why = "";
-  if (b.opt.mpi && mpiCan(b, l, t, red, &why)) {
-    for (int i = 0; i < b.opt.warmup; i++) callMpi(b, l, t, red, root);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double m0 = nowSec();
-    for (int i = 0; i < b.opt.iters; i++) callMpi(b, l, t, red, root);
-    double m = (nowSec() - m0) / b.opt.iters;
-    MPI_Allreduce(&m, &mpiTime, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  bool withMpi = b.opt.mpi && mpiCan(b, l, t, red, &why);
+  auto mpiOne = [&] { callMpi(b, l, t, red, root); };
+  auto nothing = [] {};
+  size_t problems = 0;
+  fillInputs(b, l, t.dt, red.op);
+  flagcxOne();
+  flagcxDone();
+  if (b.opt.check) problems += verify(b, l, t, red, root, "first call");
+  if (b.opt.print) printExcerpt(b, l, t.dt);
+  int calls = warmUp(b, flagcxOne, flagcxDone), mpiCalls = withMpi ? warmUp(b, mpiOne, nothing) : 0;
+  Stats fx, mpi;
+  for (int rep = 0; rep < b.opt.repeat; rep++) {
+    // Every timed run writes over the sentinel, and its last call's result is checked.
+    if (b.opt.check) resetRecv(b, l, t.dt);
+    fx.runs.push_back(timeCalls(b, calls, flagcxOne, flagcxDone));
+    if (b.opt.check)
+      problems += verify(b, l, t, red, root, rep + 1 == b.opt.repeat ? "last timed run" : "timed run");
+    if (withMpi) mpi.runs.push_back(timeCalls(b, mpiCalls, mpiOne, nothing));
   }
-  b.totalWrong += wrong;
-  if (b.rank != 0) return;
+  unsigned long long mine = problems, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, b.mpiComm);
+  b.totalWrong += static_cast<size_t>(all);
+  if (!b.printer()) return;
 
-  double factor = b.op->busFactor(b.nranks);
-  double algbw = slowest > 0 ? static_cast<double>(l.bytes) / slowest / 1e9 : 0;
-  double busbw = algbw * factor;
-  char rootStr[16];
-  if (b.op->rooted) snprintf(rootStr, sizeof(rootStr), "%d", root);
-  else snprintf(rootStr, sizeof(rootStr), "-");
-  char wrongStr[24];
-  if (b.opt.check) snprintf(wrongStr, sizeof(wrongStr), "%zu", wrong);
-  else snprintf(wrongStr, sizeof(wrongStr), "N/A");
-  printf("%12zu %12zu %9s %5s %5s %11.2f %8.3f %8.3f %7s", l.bytes, l.bytes / getFlagcxDataTypeSize(t.dt),
-         t.name, b.op->reduces ? red.name : "none", rootStr, slowest * 1e6, algbw, busbw, wrongStr);
-  double mpiBus = 0;
-  if (b.opt.mpi) {
-    if (mpiTime >= 0) {
-      mpiBus = mpiTime > 0 ? static_cast<double>(l.bytes) / mpiTime / 1e9 * factor : 0;
-      printf("  %11.2f %8.3f %6.2f", mpiTime * 1e6, mpiBus, slowest > 0 ? mpiTime / slowest : 0);
-    } else {
-      printf("  %11s %8s %6s", "-", "-", "-");
+  double factor = b.op->busFactor(b.nranks), time = fx.median(), mpiTime = mpi.median();
+  double algbw = time > 0 ? static_cast<double>(l.bytes) / time / 1e9 : 0, busbw = algbw * factor;
+  double mpiBus = mpiTime > 0 ? static_cast<double>(l.bytes) / mpiTime / 1e9 * factor : 0;
+  if (b.opt.format == Format::FlagCX) {
+    // FlagCX's own line (its perf tests' format), for the parsers of its logs.
+    printf("Comm size: %zu bytes; Elapsed time: %lf sec; Algo bandwidth: %lf GB/s; Bus bandwidth: "
+           "%lf GB/s\n", l.bytes, time, algbw, busbw);
+  } else {
+    char rootStr[16], wrongStr[24];
+    snprintf(rootStr, sizeof(rootStr), b.op->rooted ? "%d" : "-", root);
+    if (b.opt.check) snprintf(wrongStr, sizeof(wrongStr), "%llu", all);
+    else snprintf(wrongStr, sizeof(wrongStr), "N/A");
+    printf("%12zu %12zu %9s %5s %5s %11.2f %6.1f %8.3f %8.3f %7s", l.bytes,
+           l.bytes / getFlagcxDataTypeSize(t.dt), t.name, b.op->reduces ? red.name : "none", rootStr,
+           time * 1e6, fx.spread() * 100, algbw, busbw, wrongStr);
+    if (b.opt.mpi) {
+      if (withMpi)
+        printf("  %11.2f %6.1f %8.3f %6.2f", mpiTime * 1e6, mpi.spread() * 100, mpiBus,
+               time > 0 ? mpiTime / time : 0);
+      else
+        printf("  %11s %6s %8s %6s", "-", "-", "-", "-");
     }
+    printf("\n");
   }
-  printf("\n");
   fflush(stdout);
   if (b.json) {
     fprintf(b.json,
             "{\"op\":\"%s\",\"dtype\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"nranks\":%d,"
-            "\"bytes\":%zu,\"count\":%zu,\"algo\":\"%s\",\"time_us\":%.3f,\"algbw\":%.4f,"
-            "\"busbw\":%.4f,\"wrong\":%zu,\"transport\":\"%s\",\"hosts\":%d",
+            "\"bytes\":%zu,\"count\":%zu,\"algo\":\"%s\",\"repeat\":%d,\"iters\":%d,"
+            "\"time_us\":%.3f,\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"algbw\":%.4f,"
+            "\"busbw\":%.4f,\"wrong\":%llu,\"transport\":\"%s\",\"hosts\":%d",
             b.op->name, t.name, b.op->reduces ? red.name : "none", b.op->rooted ? root : -1,
             b.nranks, l.bytes, l.bytes / getFlagcxDataTypeSize(t.dt), b.algoName.c_str(),
-            slowest * 1e6, algbw, busbw, b.opt.check ? wrong : 0, b.transport.c_str(), b.nhosts);
+            b.opt.repeat, calls, time * 1e6, fx.lo() * 1e6, fx.hi() * 1e6, algbw, busbw,
+            b.opt.check ? all : 0ull, b.transport.c_str(), b.nhosts);
     if (b.opt.mpi) {
-      if (mpiTime >= 0) fprintf(b.json, ",\"mpi_time_us\":%.3f,\"mpi_busbw\":%.4f", mpiTime * 1e6, mpiBus);
-      else fprintf(b.json, ",\"mpi_time_us\":null,\"mpi_busbw\":null");
+      if (withMpi)
+        fprintf(b.json, ",\"mpi_iters\":%d,\"mpi_time_us\":%.3f,\"mpi_time_min_us\":%.3f,"
+                "\"mpi_time_max_us\":%.3f,\"mpi_busbw\":%.4f", mpiCalls, mpiTime * 1e6,
+                mpi.lo() * 1e6, mpi.hi() * 1e6, mpiBus);
+      else
+        fprintf(b.json, ",\"mpi_time_us\":null,\"mpi_busbw\":null");
     }
     fprintf(b.json, "}\n");
     fflush(b.json);
@@ -606,7 +207,7 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
 }
 
 void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char *prog) {
-  if (b.rank != 0) return;
+  if (!b.printer()) return;
   char vendor[128] = "?";
   b.dev->getVendor(vendor);
   char mpiVer[MPI_MAX_LIBRARY_VERSION_STRING] = "";
@@ -631,22 +232,34 @@ void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char
   printf(", other-host peers socket%s\n", b.nhosts > 1 ? "" : " (none here)");
   printf("# algorithm: %s\n", b.algoLabel == "auto" ? "auto (see FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=TUNING)"
                                                     : b.algoLabel.c_str());
-  printf("# sizes %zu..%zu x%zu, warm-up %d, iterations %d, check %s, MPI baseline %s\n",
-         b.opt.minBytes, b.opt.maxBytes, b.opt.factor, b.opt.warmup, b.opt.iters,
-         b.opt.check ? "on" : "off", b.opt.mpi ? mpiVer : "off");
+  if (b.opt.splitMask)
+    printf("# split mask 0x%llx: %d group(s), one communicator each; figures of group 0 (%d ranks)\n",
+           static_cast<unsigned long long>(b.opt.splitMask), b.ngroups, b.nranks);
+  if (b.opt.registerMode)
+    printf("# buffers: flagcxMemAlloc, registered with flagcxCommRegister (-R 1)\n");
+  printf("# sizes %zu..%zu x%zu; a cold pass over every size first; per point warm-up >= %d calls "
+         "and >= %d ms, then %d timed run(s) of >= %d calls and ~%d ms; check %s; MPI baseline %s\n",
+         b.opt.minBytes, b.opt.maxBytes, b.opt.factor, b.opt.warmup, b.opt.warmupMs, b.opt.repeat,
+         b.opt.iters, b.opt.targetMs, b.opt.check ? "on (first call and every timed run)" : "off",
+         b.opt.mpi ? mpiVer : "off");
   if (b.opt.mpi) {
     const char *tls = getenv("UCX_TLS");
     printf("# MPI: UCX_TLS=%s UCX_NET_DEVICES=%s\n", tls ? tls : "(default)",
            getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "(default)");
   }
-  printf("# time: slowest rank's average per call; algbw = bytes/time; busbw = algbw x %.3g",
-         b.op->busFactor(b.nranks));
+  printf("# time: the median over the runs of the slowest rank's average per call; spread = "
+         "(max - min) / median; algbw = bytes/time; busbw = algbw x %.3g", b.op->busFactor(b.nranks));
   printf("%s\n", b.opt.mpi ? "; ratio = MPI time / flagcx time (>1: flagcx faster)" : "");
-  printf("#\n# %10s %12s %9s %5s %5s %11s %8s %8s %7s", "bytes", "count", "type", "redop", "root",
-         "time(us)", "algbw", "busbw", "#wrong");
-  if (b.opt.mpi) printf("  %11s %8s %6s", "mpi(us)", "mpibusbw", "ratio");
-  printf("\n#%12s %12s %9s %5s %5s %11s %8s %8s %7s", "", "", "", "", "", "", "(GB/s)", "(GB/s)", "");
-  if (b.opt.mpi) printf("  %11s %8s %6s", "", "(GB/s)", "");
+  printf("# #wrong: wrong elements, overruns past the receive buffer and changed send buffers\n");
+  if (b.opt.format == Format::FlagCX) {
+    fflush(stdout);
+    return;
+  }
+  printf("#\n# %10s %12s %9s %5s %5s %11s %6s %8s %8s %7s", "bytes", "count", "type", "redop", "root",
+         "time(us)", "spread", "algbw", "busbw", "#wrong");
+  if (b.opt.mpi) printf("  %11s %6s %8s %6s", "mpi(us)", "spread", "mpibusbw", "ratio");
+  printf("\n#%12s %12s %9s %5s %5s %11s %6s %8s %8s %7s", "", "", "", "", "", "", "(%)", "(GB/s)", "(GB/s)", "");
+  if (b.opt.mpi) printf("  %11s %6s %8s %6s", "", "(%)", "(GB/s)", "");
   printf("\n");
   fflush(stdout);
 }
@@ -660,10 +273,31 @@ std::vector<size_t> sizeList(const Options &o) {
   return v;
 }
 
-bool allOk(bool ok) {
+bool allOk(const Bench &b, bool ok) {
   int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, b.mpiComm);
   return all == 1;
+}
+
+// The benchmark's buffers: the device adapter's memory, or with -R 1
+// flagcxMemAlloc memory registered with the communicator (FlagCX's -R 1).
+// Called without the allocator argument, so that this compiles whether or
+// not the header has FlagCX v0.13's trailing flagcxMemAllocator_t.
+flagcxResult_t allocBuffer(Bench &b, void **p, void **reg, size_t bytes) {
+  if (!b.opt.registerMode) return b.dev->deviceMalloc(p, bytes, flagcxMemDevice, nullptr);
+  flagcxResult_t r = flagcxMemAlloc(p, bytes);
+  if (r == flagcxSuccess) r = flagcxCommRegister(b.comm, *p, bytes, reg);
+  return r;
+}
+void freeBuffer(Bench &b, void **p, void **reg) {
+  if (!*p) return;
+  if (!b.opt.registerMode) {
+    b.dev->deviceFree(*p, flagcxMemDevice, nullptr);
+  } else {
+    if (*reg) flagcxCommDeregister(b.comm, *reg);
+    flagcxMemFree(*p);
+  }
+  *p = *reg = nullptr;
 }
 
 // Makes the buffers large enough for size `s` (every rank calls this with
@@ -685,13 +319,12 @@ bool ensureBuffers(Bench &b, size_t s, uint64_t *needOut, uint64_t *availOut) {
   uint64_t held = L * (static_cast<uint64_t>(b.sendCap) + b.recvCap);
   *needOut = need;
   *availOut = avail ? avail + held : 0;
-  if (!allOk(avail == 0 || need <= avail + held)) return false;
-  if (b.send) b.dev->deviceFree(b.send, flagcxMemDevice, nullptr);
-  if (b.recv) b.dev->deviceFree(b.recv, flagcxMemDevice, nullptr);
-  b.send = b.recv = nullptr;
+  if (!allOk(b, avail == 0 || need <= avail + held)) return false;
+  freeBuffer(b, &b.send, &b.sendReg);
+  freeBuffer(b, &b.recv, &b.recvReg);
   b.sendCap = b.recvCap = 0;
-  flagcxResult_t r1 = b.dev->deviceMalloc(&b.send, sb, flagcxMemDevice, nullptr);
-  flagcxResult_t r2 = b.dev->deviceMalloc(&b.recv, rb, flagcxMemDevice, nullptr);
+  flagcxResult_t r1 = allocBuffer(b, &b.send, &b.sendReg, sb);
+  flagcxResult_t r2 = allocBuffer(b, &b.recv, &b.recvReg, rb);
   bool ok = r1 == flagcxSuccess && r2 == flagcxSuccess;
   if (ok && b.onDevice) {
     ok = b.dev->deviceMemset(b.send, 0, sb, flagcxMemDevice, nullptr) == flagcxSuccess &&
@@ -707,10 +340,9 @@ bool ensureBuffers(Bench &b, size_t s, uint64_t *needOut, uint64_t *availOut) {
     b.hsend = b.send;
     b.hrecv = b.recv;
   }
-  if (!allOk(ok)) {
-    if (r1 == flagcxSuccess && b.send) b.dev->deviceFree(b.send, flagcxMemDevice, nullptr);
-    if (r2 == flagcxSuccess && b.recv) b.dev->deviceFree(b.recv, flagcxMemDevice, nullptr);
-    b.send = b.recv = nullptr;
+  if (!allOk(b, ok)) {
+    freeBuffer(b, &b.send, &b.sendReg);
+    freeBuffer(b, &b.recv, &b.recvReg);
     return false;
   }
   b.sendCap = sb;
@@ -718,12 +350,31 @@ bool ensureBuffers(Bench &b, size_t s, uint64_t *needOut, uint64_t *availOut) {
   return true;
 }
 
+
+// One untimed call of every size, flagcx and (with -m 1) MPI, before any
+// point is timed: each side's first use of a size costs page faults and
+// set-up that a warm-up per point would otherwise have to absorb.
+void coldPass(Bench &b, const std::vector<size_t> &sizes, const TypeInfo &t, const RedInfo &red,
+              int root) {
+  size_t last = SIZE_MAX;
+  for (size_t s : sizes) {
+    uint64_t need = 0, avail = 0;
+    if (!ensureBuffers(b, s, &need, &avail)) break;
+    Layout l = layoutFor(*b.op, s, getFlagcxDataTypeSize(t.dt), b.nranks, b.rank);
+    if (l.bytes == last) continue;
+    last = l.bytes;
+    flagcxResult_t res = callFlagcx(b, l, t.dt, red.op, root);
+    if (res == flagcxSuccess) res = b.dev->streamSynchronize(b.stream);
+    if (res != flagcxSuccess) fail(b, b.op->name, res);
+    const char *why = "";
+    if (b.opt.mpi && mpiCan(b, l, t, red, &why)) callMpi(b, l, t, red, root);
+  }
+}
+
 }  // namespace
 
 int run(const char *opName, int argc, char **argv) {
-  const OpInfo *op = nullptr;
-  for (auto &o : kOps)
-    if (strcmp(o.name, opName) == 0) op = &o;
+  const OpInfo *op = findOp(opName);
   if (!op) {
     fprintf(stderr, "unknown benchmark op %s\n", opName);
     return 2;
@@ -756,9 +407,17 @@ int run(const char *opName, int argc, char **argv) {
   Bench b;
   b.op = op;
   b.opt = opt;
-  MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &b.nranks);
+  int worldSize = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &b.worldRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  // FlagCX's split mask: the group of a rank is worldRank & mask.
+  b.color = static_cast<int>(static_cast<uint64_t>(b.worldRank) & opt.splitMask);
+  MPI_Comm_split(MPI_COMM_WORLD, b.color, b.worldRank, &b.mpiComm);
+  MPI_Comm_rank(b.mpiComm, &b.rank);
+  MPI_Comm_size(b.mpiComm, &b.nranks);
   {
+    int leader = b.rank == 0 ? 1 : 0;
+    MPI_Allreduce(&leader, &b.ngroups, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &b.localRanks);
@@ -770,7 +429,7 @@ int run(const char *opName, int argc, char **argv) {
   MPI_Get_processor_name(name, &nameLen);
   std::vector<char> all(static_cast<size_t>(b.nranks) * MPI_MAX_PROCESSOR_NAME);
   MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
-                MPI_CHAR, MPI_COMM_WORLD);
+                MPI_CHAR, b.mpiComm);
   std::set<std::string> hostSet;
   for (int r = 0; r < b.nranks; r++) hostSet.insert(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
   std::vector<std::string> hostNames(hostSet.begin(), hostSet.end());
@@ -797,11 +456,11 @@ int run(const char *opName, int argc, char **argv) {
   flagcxUniqueId id;
   memset(&id, 0, sizeof(id));
   if (b.rank == 0 && (r = flagcxGetUniqueId(&id)) != flagcxSuccess) fail(b, "flagcxGetUniqueId", r);
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, b.mpiComm);
   if ((r = flagcxCommInitRank(&b.comm, b.nranks, &id, b.rank)) != flagcxSuccess)
     fail(b, "flagcxCommInitRank", r);
   if ((r = b.dev->streamCreate(&b.stream)) != flagcxSuccess) fail(b, "streamCreate", r);
-  if (b.rank == 0 && !opt.json.empty()) {
+  if (b.printer() && !opt.json.empty()) {
     b.json = fopen(opt.json.c_str(), "a");
     if (!b.json) fprintf(stderr, "%s: cannot open %s: %s\n", prog, opt.json.c_str(), strerror(errno));
   }
@@ -809,19 +468,22 @@ int run(const char *opName, int argc, char **argv) {
 
   std::vector<size_t> sizes = sizeList(opt);
   std::vector<int> roots;
+  int rc = 0;
   if (op->rooted) {
     if (opt.root >= b.nranks) {
-      if (b.rank == 0) fprintf(stderr, "%s: -r %d: only %d ranks\n", prog, opt.root, b.nranks);
-      MPI_Finalize();
-      return 2;
+      if (b.printer()) fprintf(stderr, "%s: -r %d: only %d ranks\n", prog, opt.root, b.nranks);
+      rc = 2;
+    } else if (opt.root >= 0) {
+      roots = {opt.root};
+    } else {
+      for (int i = 0; i < b.nranks; i++) roots.push_back(i);
     }
-    if (opt.root >= 0) roots = {opt.root};
-    else for (int i = 0; i < b.nranks; i++) roots.push_back(i);
   } else {
     roots = {-1};
   }
   std::vector<const RedInfo *> redops = opt.redops;
-  if (!op->reduces) redops = {&kRedOps[0]};
+  if (!op->reduces) redops = {&kSum};
+  if (!roots.empty()) coldPass(b, sizes, *opt.types[0], *redops[0], roots[0]);
   std::set<size_t> skipReported;
   for (const TypeInfo *t : opt.types)
     for (const RedInfo *red : redops)
@@ -830,7 +492,7 @@ int run(const char *opName, int argc, char **argv) {
         for (size_t s : sizes) {
           uint64_t need = 0, avail = 0;
           if (!ensureBuffers(b, s, &need, &avail)) {
-            if (b.rank == 0 && skipReported.insert(s).second) {
+            if (b.printer() && skipReported.insert(s).second) {
               printf("# skipped %zu bytes and larger: %d rank(s) on this host need about %s "
                      "(buffers, library staging%s, 1 GiB reserve); %s available\n",
                      s, b.localRanks, humanBytes(static_cast<double>(need)).c_str(),
@@ -848,19 +510,23 @@ int run(const char *opName, int argc, char **argv) {
         }
       }
 
-  if (b.send) b.dev->deviceFree(b.send, flagcxMemDevice, nullptr);
-  if (b.recv) b.dev->deviceFree(b.recv, flagcxMemDevice, nullptr);
+  freeBuffer(b, &b.send, &b.sendReg);
+  freeBuffer(b, &b.recv, &b.recvReg);
   b.dev->streamDestroy(b.stream);
   flagcxCommDestroy(b.comm);
   flagcxDeviceHandleFree(b.dev);
   if (b.json) fclose(b.json);
-  if (b.rank == 0) {
-    printf("# %s: %zu wrong element(s)%s\n", b.totalWrong ? "FAILED" : "OK", b.totalWrong,
-           opt.check ? "" : " (check off)");
+  // Every group's problems count (each group's ranks agree on theirs).
+  unsigned long long mine = b.rank == 0 ? b.totalWrong : 0, total = 0;
+  MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (b.worldRank == 0 && rc == 0) {
+    printf("# %s: %llu wrong element(s), overrun(s) or changed send buffer(s)%s\n",
+           total ? "FAILED" : "OK", total, opt.check ? "" : " (check off)");
     fflush(stdout);
   }
+  MPI_Comm_free(&b.mpiComm);
   MPI_Finalize();
-  return b.totalWrong ? 1 : 0;
+  return rc ? rc : total ? 1 : 0;
 }
 
 }  // namespace perf

@@ -3,9 +3,10 @@
 
 usage: /usr/bin/python3 tools/perf/table.py DIR[,DIR2,...] [op ...]
 
-Several comma-separated DIRs (repeated runs on a noisy machine) are merged
-point by point: the best (smallest) flagcx time and, separately, the best MPI
-time of each size.
+A point's time is the median of its --repeat runs (bench_all.sh takes 5);
+the spread is in the JSON (time_min_us, time_max_us).  Several comma-separated
+DIRs are merged point by point, taking the smaller median of each side
+separately; the method of docs/PERFORMANCE.md is one DIR.
 
 For each op: one row per size, with flagcx and MPI bus bandwidth (GB/s) and
 the ratio MPI time / flagcx time (> 1: flagcx faster), for shm (DIR/op-shm.json)

@@ -1,7 +1,8 @@
-// Helpers shared by the reliability tests: a page of memory shared between
-// the test process and its forked ranks, monotonic timestamps that compare
-// across processes (CLOCK_MONOTONIC is system-wide), and /proc inspection
-// (open fds, threads, listening TCP ports, /dev/shm entries, RSS).
+// What multi-rank tests look at besides exit codes (tests/common/harness.h
+// runs the ranks): a page of memory shared between the test process and its
+// forked ranks, monotonic timestamps that compare across processes
+// (CLOCK_MONOTONIC is system-wide), and /proc inspection (open fds, threads,
+// listening TCP ports, /dev/shm entries, RSS).
 #pragma once
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -24,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace rel {
+namespace harness {
 
 inline int64_t nowNs() {
   timespec ts;
@@ -117,6 +118,15 @@ inline std::vector<std::string> flagcxShmEntries(const std::set<int> *pids = nul
   }
   closedir(d);
   return out;
+}
+
+// The /dev/shm entries that the ranks of a run left behind, unlinked here so
+// that the machine stays clean.
+inline std::vector<std::string> leftoverShm(const std::vector<pid_t> &ranks) {
+  std::set<int> pids(ranks.begin(), ranks.end());
+  std::vector<std::string> found = flagcxShmEntries(&pids);
+  for (auto &name : found) shm_unlink(("/" + name).c_str());
+  return found;
 }
 
 inline long rssKb() {
@@ -233,4 +243,4 @@ inline int connectListener(const Listener &l) {
   return fd;
 }
 
-}  // namespace rel
+}  // namespace harness
