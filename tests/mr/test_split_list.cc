@@ -14,7 +14,7 @@
 
 #include "base/params.h"
 #include "core/comm.h"
-#include "harness.h"
+#include "tests/common/harness.h"
 
 namespace {
 
@@ -122,10 +122,10 @@ int everyCollective(int rank, int n, flagcxComm_t comm) {
 
 TEST(SplitList, TwoSubClustersOfHostRanks) {
   int n = nranksUnderTest();
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_CLUSTER_SPLIT_LIST", "2"}, {"FLAGCX_ALGO", "allreduce:hierarchical"},
               {"FLAGCX_DEVICE", "host"}, {"FLAGCX_TIMEOUT", "60"}};
-  auto res = mr::run(n, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(n, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     RANK_CHECK(comm->nclusters == 2, "%d clusters, want 2", comm->nclusters);
@@ -144,10 +144,10 @@ TEST(SplitList, TwoSubClustersOfHostRanks) {
 
 // An uneven split: the last sub-cluster takes the remainder (FlagCX's rule).
 TEST(SplitList, RemainderGoesToTheLastSubCluster) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_CLUSTER_SPLIT_LIST", "2"}, {"FLAGCX_DEVICE", "host"},
               {"FLAGCX_TIMEOUT", "60"}};
-  auto res = mr::run(3, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(3, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     const int want[3] = {0, 1, 1};
@@ -166,10 +166,10 @@ TEST(SplitList, RemainderGoesToTheLastSubCluster) {
 // "=1" keeps one cluster (flagcxIsHomoComm still says 0 on host ranks: no
 // vendor CCL serves them; the communicator itself stays homogeneous).
 TEST(SplitList, OneKeepsTheClusterWhole) {
-  mr::Env env;
+  harness::Env env;
   env.vars = {{"FLAGCX_CLUSTER_SPLIT_LIST", "1"}, {"FLAGCX_DEVICE", "host"},
               {"FLAGCX_TIMEOUT", "60"}};
-  auto res = mr::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
+  auto res = harness::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
     RANK_CHECK(comm->homogeneous && comm->nclusters == 1, "homogeneous %d, %d clusters",
@@ -196,10 +196,10 @@ TEST(SplitList, BadListsFailInitEverywhere) {
                {"2", "1", "differs"}};
   for (const Case &c : cases) {
     if (!*c.value) continue;
-    mr::Env env;
+    harness::Env env;
     env.vars = {{"FLAGCX_CLUSTER_SPLIT_LIST", c.value}, {"FLAGCX_DEVICE", "host"},
                 {"FLAGCX_TIMEOUT", "30"}};
-    auto res = mr::run(4, [&c](int rank, int nranks, flagcxUniqueId *id) {
+    auto res = harness::run(4, [&c](int rank, int nranks, flagcxUniqueId *id) {
       if (c.rank1 && rank == 1) {
         setenv("FLAGCX_CLUSTER_SPLIT_LIST", c.rank1, 1);
         flagcx::paramsReload();
