@@ -1,0 +1,27 @@
+# Prints what meson needs to build a torch extension for this interpreter,
+# one "key<TAB>value" per line.
+import sys
+import sysconfig
+
+import torch
+from torch.utils import cpp_extension
+
+cuda = torch.version.cuda is not None
+out = {
+    "version": torch.__version__.split("+")[0],
+    "major": torch.__version__.split(".")[0],
+    "includes": ";".join(cpp_extension.include_paths(cuda=False)),
+    "libdir": cpp_extension.library_paths(cuda=False)[0],
+    "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+    "pybind_defines": ";".join(
+        f'-DPYBIND11_{k}="{getattr(torch._C, "_PYBIND11_" + k)}"'
+        for k in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI")
+        if getattr(torch._C, "_PYBIND11_" + k, None) is not None),
+    "cuda": int(cuda),
+    "cuda_include": "",
+}
+if cuda:
+    home = cpp_extension.CUDA_HOME or ""
+    out["cuda_include"] = home + "/include" if home else ""
+for k, v in out.items():
+    print(f"{k}\t{v}")
