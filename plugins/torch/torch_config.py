@@ -19,9 +19,11 @@ out = {
         if getattr(torch._C, "_PYBIND11_" + k, None) is not None),
     "cuda": int(cuda),
     "cuda_include": "",
+    "cuda_libdir": "",
 }
 if cuda:
     home = cpp_extension.CUDA_HOME or ""
     out["cuda_include"] = home + "/include" if home else ""
+    out["cuda_libdir"] = home + "/lib64" if home else ""
 for k, v in out.items():
     print(f"{k}\t{v}")

@@ -427,7 +427,7 @@ void WorkFlagcx::synchronize() {
 }
 
 bool WorkFlagcx::wait(std::chrono::milliseconds timeout) {
-  if (timeout != kNoTimeout && !batch_->done.load(std::memory_order_acquire)) {
+  if (timeout != kWaitForever && !batch_->done.load(std::memory_order_acquire)) {
     // A bounded wait: let the engine drive the batch and watch the clock.
     batch_->adopt();
     auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -550,7 +550,7 @@ std::shared_ptr<Channel> ProcessGroupFlagcx::createChannel(int device, bool cuda
     memcpy(&id, v.data(), sizeof(id));
   }
 #ifdef FLAGCX_TORCH_CUDA
-  c10::optional<c10::cuda::CUDAGuard> guard;
+  std::optional<c10::cuda::CUDAGuard> guard;
   if (cuda) guard.emplace(static_cast<c10::DeviceIndex>(device));
 #endif
   flagcxResult_t r = flagcxCommInitRank(&ch->comm, getSize(), &id, getRank());
@@ -663,8 +663,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::issue(c10d::OpType type, cons
   std::vector<at::Tensor> used = tensors;
   bool staged = false;
 #ifdef FLAGCX_TORCH_CUDA
-  c10::optional<c10::cuda::CUDAGuard> devGuard;
-  c10::optional<c10::cuda::CUDAStreamGuard> streamGuard;
+  std::optional<c10::cuda::CUDAGuard> devGuard;
+  std::optional<c10::cuda::CUDAStreamGuard> streamGuard;
   if (ch->cuda) {
     TORCH_CHECK(!coalescing_ || !device.is_cpu(), "flagcx ", name,
                 ": CPU tensors cannot be coalesced in a process whose flagcx device is a GPU");

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,9 @@
 
 namespace flagcx_torch {
 
+// Work::wait's "no limit" (torch's own constant moved between releases).
+constexpr std::chrono::milliseconds kWaitForever{0};
+
 #if TORCH_VERSION_MAJOR >= 2
 using PgBase = c10d::Backend;
 #else
@@ -74,7 +78,7 @@ struct Channel {
   flagcxComm_t comm = nullptr;
   flagcxStream_t stream = nullptr;
 #ifdef FLAGCX_TORCH_CUDA
-  c10::optional<c10::cuda::CUDAStream> torchStream;
+  std::optional<c10::cuda::CUDAStream> torchStream;
 #endif
   std::mutex mu;            // guards comm against close()
   bool closed = false;
@@ -110,7 +114,7 @@ struct Batch : std::enable_shared_from_this<Batch> {
   flagcxEvent_t event = nullptr;  // host streams
 #ifdef FLAGCX_TORCH_CUDA
   std::shared_ptr<at::cuda::CUDAEvent> cudaEvent;
-  c10::optional<c10::cuda::CUDAStream> cudaStream;  // the stream it ran on
+  std::optional<c10::cuda::CUDAStream> cudaStream;  // the stream it ran on
 #endif
   bool hostSync = false;
   std::weak_ptr<Engine> engine;
@@ -160,7 +164,7 @@ class WorkFlagcx : public c10d::Work {
   bool isCompleted() override;
   std::vector<at::Tensor> result() override;
   void synchronize() override;
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  bool wait(std::chrono::milliseconds timeout = kWaitForever) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
   // Called once the batch is complete: finishes the Work and its future.
