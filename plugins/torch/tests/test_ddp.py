@@ -2,8 +2,12 @@
 processes on the same data: the losses of every step and the final weights
 must agree (relative difference < 1e-5).  Both the built-in gradient
 allreduce and a communication hook (which goes through Work futures) are
-trained.
+trained.  --device cuda (torch 2.x with CUDA) trains on the rank's GPU
+through flagcx and compares with the same training through gloo (which
+stages CUDA tensors through the host).
 """
+import argparse
+import os
 import datetime
 import sys
 
@@ -16,7 +20,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import flagcx
 
 STEPS = 20
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+args = parser.parse_args()
 rank, world = flagcx.env_from_mpi()
+dev = torch.device("cpu")
+if args.device == "cuda":
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
 dist.init_process_group("flagcx", rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 gloo = dist.new_group(backend="gloo")
@@ -29,26 +40,26 @@ def model():
                          nn.Linear(64, 8))
 
 
-def train(group, hook):
+def train(group, hook, device):
     # Small buckets: several allreduces per step, overlapping the backward.
-    ddp = DDP(model(), process_group=group, bucket_cap_mb=0.01)
+    ddp = DDP(model().to(device), process_group=group, bucket_cap_mb=0.01)
     if hook:
         ddp.register_comm_hook(group, default_hooks.allreduce_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     losses = []
     for step in range(STEPS):
         g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own data
-        x = torch.randn(16, 32, generator=g)
-        y = torch.randn(16, 8, generator=g)
+        x = torch.randn(16, 32, generator=g).to(device)
+        y = torch.randn(16, 8, generator=g).to(device)
         opt.zero_grad()
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()
         # The mean loss over ranks, through gloo for both runs.
-        l = loss.detach().clone()
+        l = loss.detach().cpu()
         dist.all_reduce(l, group=gloo)
         losses.append(l.item() / world)
-    weights = torch.cat([p.detach().flatten() for p in ddp.module.parameters()])
+    weights = torch.cat([p.detach().cpu().flatten() for p in ddp.module.parameters()])
     return losses, weights
 
 
@@ -58,8 +69,8 @@ def rel(a, b):
 
 bad = 0
 for hook in (False, True):
-    ref_losses, ref_w = train(gloo, hook)
-    losses, w = train(flagcx_group, hook)
+    ref_losses, ref_w = train(gloo, hook, dev)  # gloo takes CUDA tensors too
+    losses, w = train(flagcx_group, hook, dev)
     name = "allreduce_hook" if hook else "built-in allreduce"
     lr = rel(torch.tensor(losses), torch.tensor(ref_losses))
     wr = rel(w, ref_w)

@@ -1,11 +1,18 @@
-"""Every operation of the "flagcx" backend on CPU tensors, checked against
-closed-form values (any number of ranks; launched by launch.py -n N).
+"""Every operation of the "flagcx" backend, checked against closed-form
+values (any number of ranks; launched by launch.py -n N, or torchrun).
+
+    test_ops.py [--device cpu|cuda] [--backend flagcx|cpu:gloo,cuda:flagcx|...]
+
+CPU tensors by default; --device cuda (torch 2.x with CUDA) puts every
+tensor on the rank's GPU (LOCAL_RANK modulo the visible GPUs).
 
 Each rank r contributes values built from r, so every expected result is
 known without communication.  Bad input must raise a clear error before
 anything is sent (every rank raises the same, so the ranks stay in step).
 """
+import argparse
 import datetime
+import os
 import sys
 import warnings
 
@@ -15,8 +22,15 @@ import torch.distributed as dist
 import flagcx
 
 warnings.filterwarnings("ignore", message=".*will be deprecated")
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+parser.add_argument("--backend", default="flagcx")
+args = parser.parse_args()
 rank, world = flagcx.env_from_mpi()
-dist.init_process_group("flagcx", rank=rank, world_size=world,
+if args.device == "cuda":
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    torch.set_default_device("cuda")  # torch 2.x: every tensor below is a CUDA tensor
+dist.init_process_group(args.backend, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 failures = []
 checks = 0
@@ -113,9 +127,10 @@ check("allreduce complex", t, torch.full((4,), complex(tri, -tri), dtype=torch.c
 # --- allreduce_coalesced: several tensors in one flagcx group --------------
 a = torch.full((3,), float(r))
 b = torch.full((5,), 2.0 * r)
-dist.all_reduce_coalesced([a, b])
-check("allreduce_coalesced a", a, W * (W - 1) / 2)
-check("allreduce_coalesced b", b, W * (W - 1))
+if hasattr(dist, "all_reduce_coalesced"):
+    dist.all_reduce_coalesced([a, b])
+    check("allreduce_coalesced a", a, W * (W - 1) / 2)
+    check("allreduce_coalesced b", b, W * (W - 1))
 
 # --- broadcast, reduce -----------------------------------------------------
 for dt in (torch.int64, torch.float16, torch.bfloat16):
@@ -143,10 +158,11 @@ gather_base(out, torch.full((4,), r, dtype=torch.int16))
 check("allgather_into_tensor", out, torch.arange(W, dtype=torch.int16).repeat_interleave(4))
 ins = [torch.full((2,), float(r)), torch.full((3,), 10.0 * r)]
 outl = [[torch.empty(2), torch.empty(3)] for _ in range(W)]
-dist.all_gather_coalesced(outl, ins)
-for i in range(W):
-    check(f"allgather_coalesced[{i}][0]", outl[i][0], i)
-    check(f"allgather_coalesced[{i}][1]", outl[i][1], 10 * i)
+if hasattr(dist, "all_gather_coalesced"):
+    dist.all_gather_coalesced(outl, ins)
+    for i in range(W):
+        check(f"allgather_coalesced[{i}][0]", outl[i][0], i)
+        check(f"allgather_coalesced[{i}][1]", outl[i][1], 10 * i)
 
 # --- gather, scatter -------------------------------------------------------
 glist = [torch.empty(5) for _ in range(W)] if r == 0 else None
@@ -278,5 +294,6 @@ dist.destroy_process_group()
 if failures:
     print(f"rank {rank}: {len(failures)} of {checks} checks failed: {failures}", flush=True)
     sys.exit(1)
-print(f"rank {rank}/{world}: all {checks} checks passed (flagcx {flagcx.version()}, device "
-      f"{flagcx.device()}, torch {torch.__version__})", flush=True)
+print(f"rank {rank}/{world}: all {checks} checks passed ({args.device} tensors, backend "
+      f"{args.backend}, flagcx {flagcx.version()} on {flagcx.device()}, torch {torch.__version__})",
+      flush=True)
