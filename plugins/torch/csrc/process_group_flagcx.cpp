@@ -627,6 +627,19 @@ void ProcessGroupFlagcx::enqueue(Batch &b) {
     b.cudaEvent = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
     b.cudaEvent->record(*ch.torchStream);
     b.cudaStream = ch.torchStream;
+    if (!b.stagedBack.empty()) {
+      // CPU tensors staged through the GPU: results back into them, and
+      // the work is complete when the call returns.
+      {
+        c10::cuda::CUDAGuard dg(static_cast<c10::DeviceIndex>(ch.device));
+        c10::cuda::CUDAStreamGuard sg(*ch.torchStream);
+        for (auto &kv : b.stagedBack) kv.first.copy_(kv.second, /*non_blocking=*/false);
+        b.stagedBack.clear();
+      }
+      b.hostSync = true;
+      b.complete();
+      if (b.error) std::rethrow_exception(b.error);
+    }
     return;
   }
 #endif
@@ -666,8 +679,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::issue(c10d::OpType type, cons
   std::optional<c10::cuda::CUDAGuard> devGuard;
   std::optional<c10::cuda::CUDAStreamGuard> streamGuard;
   if (ch->cuda) {
-    TORCH_CHECK(!coalescing_ || !device.is_cpu(), "flagcx ", name,
-                ": CPU tensors cannot be coalesced in a process whose flagcx device is a GPU");
     devGuard.emplace(static_cast<c10::DeviceIndex>(ch->device));
     // The internal stream starts after what the caller queued so far.
     at::cuda::CUDAEvent ready(cudaEventDisableTiming);
@@ -696,24 +707,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::issue(c10d::OpType type, cons
   batch->engine = engine();
   batch->ops.push_back(std::move(op));
   auto work = c10::make_intrusive<WorkFlagcx>(getRank(), type, batch, std::move(outputs));
+#ifdef FLAGCX_TORCH_CUDA
+  if (staged)
+    for (size_t i = 0; i < tensors.size(); i++)
+      if (written[i] && tensors[i].defined()) batch->stagedBack.emplace_back(tensors[i], used[i]);
+#else
+  (void)staged;
+  (void)written;
+#endif
   if (coalescing_) {
     coalescedWorks_.push_back(work);
     return work;
   }
   enqueue(*batch);
-#ifdef FLAGCX_TORCH_CUDA
-  if (staged) {
-    // Results back into the caller's CPU tensors, then the work is done.
-    for (size_t i = 0; i < tensors.size(); i++)
-      if (written[i] && tensors[i].defined()) tensors[i].copy_(used[i], /*non_blocking=*/false);
-    batch->hostSync = true;
-    batch->complete();
-    if (batch->error) std::rethrow_exception(batch->error);
-  }
-#else
-  (void)staged;
-  (void)written;
-#endif
   return work;
 }
 

@@ -115,6 +115,8 @@ struct Batch : std::enable_shared_from_this<Batch> {
 #ifdef FLAGCX_TORCH_CUDA
   std::shared_ptr<at::cuda::CUDAEvent> cudaEvent;
   std::optional<c10::cuda::CUDAStream> cudaStream;  // the stream it ran on
+  // CPU tensors staged through the GPU: (caller's tensor, device copy).
+  std::vector<std::pair<at::Tensor, at::Tensor>> stagedBack;
 #endif
   bool hostSync = false;
   std::weak_ptr<Engine> engine;
