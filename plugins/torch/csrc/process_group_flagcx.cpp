@@ -305,13 +305,9 @@ bool Batch::query() {
 }
 
 void Batch::adopt() {
-  std::shared_ptr<Engine> e;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    if (adopted || done.load(std::memory_order_acquire)) return;
-    adopted = true;
-    e = engine.lock();
-  }
+  // Never blocks (is_completed() polls through here while the batch runs).
+  if (done.load(std::memory_order_acquire) || adopted.exchange(true)) return;
+  std::shared_ptr<Engine> e = engine.lock();
   // No engine: the group is gone and closing its channel ran everything.
   if (e) e->push(shared_from_this(), c10::intrusive_ptr<WorkFlagcx>());
 }

@@ -124,7 +124,7 @@ struct Batch : std::enable_shared_from_this<Batch> {
   std::mutex mu;
   std::atomic<bool> done{false};
   std::exception_ptr error;
-  bool adopted = false;  // handed to the engine's thread once
+  std::atomic<bool> adopted{false};  // handed to the engine's thread once
 
   // Blocks until the batch has run (host) or its event has been reached
   // (CUDA, host-sync batches); records the error, if any.  Idempotent.

@@ -270,6 +270,32 @@ if r in members:
     check("new_group allreduce", t, float(sum(members)))
     dist.barrier(group=g)
 
+# --- destroy_process_group frees a group's communicator and threads --------
+def counts():
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+def churn():
+    g = dist.new_group(list(range(W)), backend="flagcx")
+    t = torch.ones(1000)
+    dist.all_reduce(t, group=g)
+    dist.all_reduce(t, group=g, async_op=True).get_future().wait()  # the engine thread too
+    check("churn allreduce", t, float(W * W))
+    dist.destroy_process_group(g)
+
+
+if sys.platform.startswith("linux"):
+    churn()  # first use of anything process-wide happens here
+    before = counts()
+    for _ in range(6):
+        churn()
+    after = counts()
+    checks += 1
+    if after[0] > before[0] + 1 or after[1] > before[1] + 2:
+        failures.append("destroy_process_group leaks")
+        print(f"rank {rank}: FAIL 6 groups created and destroyed: threads {before[0]} -> "
+              f"{after[0]}, fds {before[1]} -> {after[1]}", flush=True)
+
 # --- bad input: clear errors, raised at the call ---------------------------
 raises("bitwise reduction", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
                                                     op=dist.ReduceOp.BAND), ["BAND", "not supported"])
