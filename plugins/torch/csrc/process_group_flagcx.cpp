@@ -1,6 +1,8 @@
 // ProcessGroupFlagcx: see process_group_flagcx.hpp for the execution model.
 #include "process_group_flagcx.hpp"
 
+#include <pybind11/pybind11.h>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -351,8 +353,12 @@ void Engine::loop() {
     }
     std::shared_ptr<Batch> b = item.first;
     if (!b && item.second) b = item.second->batch();
-    if (b) b->complete();
-    if (item.second) item.second->settle();
+    try {
+      if (b) b->complete();
+      if (item.second) item.second->settle();  // runs the future's callbacks
+    } catch (const std::exception &e) {
+      TORCH_WARN("flagcx: completing an operation failed: ", e.what());
+    }
   }
 }
 
@@ -500,6 +506,10 @@ ProcessGroupFlagcx::ProcessGroupFlagcx(const c10::intrusive_ptr<c10d::Store> &st
 }
 
 ProcessGroupFlagcx::~ProcessGroupFlagcx() {
+  // Python drops the last reference with the GIL held; the completion
+  // thread may need it for a future's Python callback while we join it.
+  std::optional<pybind11::gil_scoped_release> nogil;
+  if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
   std::shared_ptr<Engine> e;
   std::map<int, std::shared_ptr<Channel>> chans;
   {

@@ -316,7 +316,17 @@ t = torch.full((3,), float(r + 1))
 dist.all_reduce(t)
 check("allreduce after errors", t, tri)
 
+# Destroying the group while futures with Python callbacks are pending:
+# the callbacks still run (the group's thread needs the GIL to run them).
+hits = []
+for i in range(4):
+    w = dist.all_reduce(torch.full((1 << 16,), float(i)), async_op=True)
+    w.get_future().then(lambda f: hits.append(f.value()[0][0].item()))
 dist.destroy_process_group()
+checks += 1
+if sorted(hits) != [0.0, W * 1.0, W * 2.0, W * 3.0]:
+    failures.append("callbacks at destroy")
+    print(f"rank {rank}: FAIL callbacks pending at destroy: {hits}", flush=True)
 if failures:
     print(f"rank {rank}: {len(failures)} of {checks} checks failed: {failures}", flush=True)
     sys.exit(1)
