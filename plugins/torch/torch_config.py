@@ -25,5 +25,14 @@ if cuda:
     home = cpp_extension.CUDA_HOME or ""
     out["cuda_include"] = home + "/include" if home else ""
     out["cuda_libdir"] = home + "/lib64" if home else ""
+# CUDA headers for the type check of the CUDA paths (torch-cuda-syntax),
+# also with a CPU-only torch.
+import glob
+import os
+
+homes = [os.environ.get("CUDA_HOME", ""), cpp_extension.CUDA_HOME or "", "/usr/local/cuda"]
+homes += sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+out["cuda_headers"] = next((h + "/include" for h in homes
+                            if h and os.path.exists(h + "/include/cuda_runtime_api.h")), "")
 for k, v in out.items():
     print(f"{k}\t{v}")
