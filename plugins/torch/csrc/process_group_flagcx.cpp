@@ -271,6 +271,9 @@ Channel::~Channel() { close(); }
 void Batch::complete() {
   std::lock_guard<std::mutex> g(mu);
   if (done.load(std::memory_order_acquire)) return;
+  TORCH_CHECK(enqueued.load(std::memory_order_acquire),
+              "flagcx: waiting for an operation of a coalesced batch that has not been issued ",
+              "yet: it runs when the coalescing block ends (wait after the block)");
   if (event) {
     flagcxResult_t r = devHandle()->eventSynchronize(event);
     if (r != flagcxSuccess && !error)
@@ -295,6 +298,7 @@ void Batch::complete() {
 
 bool Batch::query() {
   if (done.load(std::memory_order_acquire)) return true;
+  if (!enqueued.load(std::memory_order_acquire)) return false;
 #ifdef FLAGCX_TORCH_CUDA
   if (cudaEvent && !event) {
     if (!cudaEvent->query()) return false;
@@ -444,6 +448,9 @@ bool WorkFlagcx::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkFlagcx::getFuture() {
+  TORCH_CHECK(batch_->enqueued.load(std::memory_order_acquire),
+              "flagcx: the future of an operation of a coalesced batch that has not been ",
+              "issued yet: ask for it after the coalescing block");
   std::lock_guard<std::mutex> g(futMu_);
   if (future_) return future_;
   std::vector<c10::Device> devices;
@@ -633,6 +640,7 @@ void ProcessGroupFlagcx::enqueue(Batch &b) {
     b.cudaEvent = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
     b.cudaEvent->record(*ch.torchStream);
     b.cudaStream = ch.torchStream;
+    b.enqueued = true;
     if (!b.stagedBack.empty()) {
       // CPU tensors staged through the GPU: results back into them, and
       // the work is complete when the call returns.
@@ -653,6 +661,7 @@ void ProcessGroupFlagcx::enqueue(Batch &b) {
   if (r != flagcxSuccess) fail("eventCreate", r, ch.comm);
   r = devHandle()->eventRecord(b.event, ch.stream);
   if (r != flagcxSuccess) fail("eventRecord", r, ch.comm);
+  b.enqueued = true;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::issue(c10d::OpType type, const char *name,
@@ -722,8 +731,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::issue(c10d::OpType type, cons
   (void)written;
 #endif
   if (coalescing_) {
+#if TORCH_VERSION_MAJOR >= 2
+    // torch 2.x waits for the Work endCoalescing returns; the per-op Work
+    // of a synchronous call inside the block is waited at once, so it must
+    // be complete already (as NCCL's process group does).
+    auto none = std::make_shared<Batch>();
+    none->enqueued = true;
+    none->done = true;
+    return c10::make_intrusive<WorkFlagcx>(getRank(), type, none, std::vector<at::Tensor>());
+#else
     coalescedWorks_.push_back(work);
     return work;
+#endif
   }
   enqueue(*batch);
   return work;
@@ -1370,8 +1389,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::endCoalescing() {
   auto batch = std::move(coalesced_);
   coalescedWorks_.clear();
   std::vector<at::Tensor> outs;
-  if (!batch->ops.empty()) enqueue(*batch);
-  else batch->done = true;
+  if (!batch->ops.empty()) {
+    enqueue(*batch);
+  } else {
+    batch->enqueued = true;
+    batch->done = true;
+  }
   return c10::make_intrusive<WorkFlagcx>(getRank(), c10d::OpType::UNKNOWN, batch, outs);
 }
 #endif
@@ -1388,8 +1411,12 @@ void ProcessGroupFlagcx::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work
   coalescing_ = false;
   auto batch = std::move(coalesced_);
   coalescedWorks_.clear();  // the works share the batch; they complete with it
-  if (!batch->ops.empty()) enqueue(*batch);
-  else batch->done = true;
+  if (!batch->ops.empty()) {
+    enqueue(*batch);
+  } else {
+    batch->enqueued = true;
+    batch->done = true;
+  }
 }
 #endif
 

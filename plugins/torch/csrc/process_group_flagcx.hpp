@@ -122,6 +122,7 @@ struct Batch : std::enable_shared_from_this<Batch> {
   std::weak_ptr<Engine> engine;
 
   std::mutex mu;
+  std::atomic<bool> enqueued{false};  // false while a coalescing block collects it
   std::atomic<bool> done{false};
   std::exception_ptr error;
   std::atomic<bool> adopted{false};  // handed to the engine's thread once

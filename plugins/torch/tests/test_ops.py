@@ -238,6 +238,24 @@ if W > 1:
         w.wait()
     check("batch_isend_irecv ring", got, float(prv))
 
+# torch 1.x: waiting inside a coalescing block is an error that says why;
+# the operation still runs when the block ends.
+if torch.__version__.startswith("1."):
+    t = torch.full((6,), float(r + 1))
+    reqs = []
+    raised = []
+    try:
+        with dist.distributed_c10d._coalescing_manager(None, reqs):
+            dist.all_reduce(t)
+    except RuntimeError as e:
+        raised.append(str(e))
+    checks += 1
+    if not raised or "coalescing block" not in raised[0]:
+        failures.append("wait inside coalescing")
+        print(f"rank {rank}: FAIL wait inside a coalescing block: {raised}", flush=True)
+    dist.barrier()  # same stream, so the batch has run
+    check("allreduce of the coalesced batch", t, tri)
+
 # --- barrier, async work, futures ------------------------------------------
 dist.barrier()
 t = torch.full((1000,), float(r + 1))
