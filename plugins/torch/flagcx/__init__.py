@@ -29,7 +29,8 @@ def device():
 
 
 def version():
-    """flagcx's version as a string, e.g. '0.1.0'."""
+    """What flagcxGetVersion reports, as 'major.minor.patch' (the FlagCX API
+    level the library implements)."""
     v = _C.version()
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 
