@@ -6,14 +6,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The FlagCX API level this library implements (README, "Versions"): a
+ * program that tests these with #if takes its FlagCX 0.13 branch.  They are
+ * not the release number of this library (pkg-config --modversion flagcx). */
+#define FLAGCX_VERSION_MAJOR 0
+#define FLAGCX_VERSION_MINOR 13
+#define FLAGCX_VERSION_PATCH 0
+#define FLAGCX_VERSION_CODE \
+  (FLAGCX_VERSION_MAJOR * 10000 + FLAGCX_VERSION_MINOR * 100 + FLAGCX_VERSION_PATCH)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define FLAGCX_MAJOR 0
-#define FLAGCX_MINOR 1
-#define FLAGCX_PATCH 0
-#define FLAGCX_VERSION_CODE (FLAGCX_MAJOR * 10000 + FLAGCX_MINOR * 100 + FLAGCX_PATCH)
 
 typedef enum {
   flagcxSuccess = 0,
@@ -43,6 +47,9 @@ typedef enum {
   flagcxNumTypes = 10
 } flagcxDataType_t;
 
+/* Sizes flagcxRedOp_t's last enumerator so that the enum is as wide as an
+ * int whatever the compiler's enum packing (as in FlagCX). */
+typedef enum { flagcxNumRedOps_dummy = 5 } flagcxRedOp_dummy_t;
 typedef enum {
   flagcxSum = 0,
   flagcxProd = 1,
@@ -50,7 +57,8 @@ typedef enum {
   flagcxMin = 3,
   flagcxAvg = 4,
   flagcxRedNoOp = 5,
-  flagcxNumRedOps = 5
+  flagcxNumRedOps = 5,
+  flagcxMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(flagcxRedOp_dummy_t))
 } flagcxRedOp_t;
 
 typedef enum {
@@ -86,6 +94,14 @@ typedef enum {
   flagcxEventDisableTiming = 1
 } flagcxEventType_t;
 
+/* Vendors of FlagCX's own device adaptors; kept for source compatibility. */
+typedef enum {
+  FLAGCX_VENDOR_NVIDIA = 0,
+  FLAGCX_VENDOR_ILUVATAR_COREX = 1,
+  FLAGCX_VENDOR_MLU = 2,
+  FLAGCX_VENDOR_METAX = 3,
+} flagcxVendorType;
+
 #define FLAGCX_UNIQUE_ID_BYTES 256
 typedef struct {
   char internal[FLAGCX_UNIQUE_ID_BYTES];
@@ -96,12 +112,23 @@ typedef struct flagcxComm *flagcxComm_t;
 typedef struct flagcxStream *flagcxStream_t;
 typedef struct flagcxEvent *flagcxEvent_t;
 typedef struct flagcxIpcMemHandle *flagcxIpcMemHandle_t;
+struct flagcxInnerWindow;
+typedef struct flagcxInnerWindow *flagcxInnerWindow_t;
+struct flagcxSymWindow;
 typedef struct flagcxSymWindow *flagcxSymWindow_t;
-typedef flagcxSymWindow_t flagcxWindow_t;
+/* A registered window (flagcxCommWindowRegister); a type of its own. */
+struct flagcxWindow;
+typedef struct flagcxWindow *flagcxWindow_t;
 
-#define FLAGCX_WIN_DEFAULT 0x00
-#define FLAGCX_WIN_COLL_SYMMETRIC 0x01
+/* Arguments of a device function launch (FlagCX's adaptors use it). */
+typedef struct {
+  flagcxStream_t stream;
+  flagcxEvent_t event;
+  void **argList;
+} flagcxFuncArgs;
 
+/* Pointer kinds of flagcxOneSideSignalRegister (FlagCX keeps them in an
+ * internal header; the values are the same). */
 #define FLAGCX_PTR_HOST 1
 #define FLAGCX_PTR_CUDA 2
 #define FLAGCX_PTR_DMABUF 4
@@ -135,6 +162,8 @@ struct flagcxDeviceHandle {
   flagcxResult_t (*eventRecord)(flagcxEvent_t event, flagcxStream_t stream);
   flagcxResult_t (*eventSynchronize)(flagcxEvent_t event);
   flagcxResult_t (*eventQuery)(flagcxEvent_t event);
+  /* Milliseconds between two completed events, both created timing-enabled. */
+  flagcxResult_t (*eventElapsedTime)(float *ms, flagcxEvent_t start, flagcxEvent_t end);
   flagcxResult_t (*ipcMemHandleCreate)(flagcxIpcMemHandle_t *handle, size_t *size);
   flagcxResult_t (*ipcMemHandleGet)(flagcxIpcMemHandle_t handle, void *devPtr);
   flagcxResult_t (*ipcMemHandleOpen)(flagcxIpcMemHandle_t handle, void **devPtr);
@@ -161,16 +190,39 @@ flagcxResult_t flagcxGetVersion(int *version);
 const char *flagcxGetErrorString(flagcxResult_t result);
 const char *flagcxGetLastError(flagcxComm_t comm);
 
+/* Which allocator backs flagcxMemAlloc memory and its registrations.  Here
+ * both name the same allocator (COMPATIBILITY.md): memory shareable with
+ * same-host ranks on the host adapter, device memory on the CUDA adapter. */
+typedef enum {
+  flagcxMemCCL = 0,
+  flagcxMemSHMEM = 1,
+} flagcxMemAllocator_t;
+
+/* C++ callers may leave the allocator out (flagcxMemCCL); C passes it. */
+#ifdef __cplusplus
+#define FLAGCX_ALLOCATOR_ARG flagcxMemAllocator_t allocator = flagcxMemCCL
+#else
+#define FLAGCX_ALLOCATOR_ARG flagcxMemAllocator_t allocator
+#endif
+
 /* Memory suited to registration on this process's device. */
-flagcxResult_t flagcxMemAlloc(void **ptr, size_t size);
-flagcxResult_t flagcxMemFree(void *ptr);
+flagcxResult_t flagcxMemAlloc(void **ptr, size_t size, FLAGCX_ALLOCATOR_ARG);
+flagcxResult_t flagcxMemFree(void *ptr, FLAGCX_ALLOCATOR_ARG);
 
 flagcxResult_t flagcxCommRegister(const flagcxComm_t comm, void *buff, size_t size,
-                                  void **handle);
-flagcxResult_t flagcxCommDeregister(const flagcxComm_t comm, void *handle);
+                                  void **handle, FLAGCX_ALLOCATOR_ARG);
+flagcxResult_t flagcxCommDeregister(const flagcxComm_t comm, void *handle,
+                                    FLAGCX_ALLOCATOR_ARG);
+
+#define FLAGCX_WIN_DEFAULT 0x00
+#define FLAGCX_WIN_COLL_SYMMETRIC 0x01
+
 flagcxResult_t flagcxCommWindowRegister(flagcxComm_t comm, void *buff, size_t size,
-                                        flagcxSymWindow_t *win, int winFlags);
-flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxSymWindow_t win);
+                                        flagcxWindow_t *win, int winFlags,
+                                        FLAGCX_ALLOCATOR_ARG);
+flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxWindow_t win,
+                                          FLAGCX_ALLOCATOR_ARG);
+#undef FLAGCX_ALLOCATOR_ARG
 
 /* Communicator life cycle and queries. */
 flagcxResult_t flagcxGetUniqueId(flagcxUniqueId_t uniqueId);
@@ -236,18 +288,35 @@ flagcxResult_t flagcxGet(flagcxComm_t comm, int peer, size_t srcOffset, size_t d
                          size_t size, int srcMrIdx, int dstMrIdx);
 flagcxResult_t flagcxPut(flagcxComm_t comm, int peer, size_t srcOffset, size_t dstOffset,
                          size_t size, int srcMrIdx, int dstMrIdx);
-flagcxResult_t flagcxBatchPut(flagcxComm_t comm, int peer, int n,
-                              const size_t *srcOffsets, const size_t *dstOffsets,
-                              const size_t *sizes, int srcMrIdx, int dstMrIdx);
-flagcxResult_t flagcxPutSignal(flagcxComm_t comm, int peer, size_t srcOffset,
-                               size_t dstOffset, size_t size, size_t signalOffset,
-                               int srcMrIdx, int dstMrIdx, uint64_t signalValue);
+/* One operation of `count` puts, entry i from srcOffsets[i] of region
+ * srcMrIdxs[i] to dstOffsets[i] of the peer's region dstMrIdxs[i]. */
+flagcxResult_t flagcxBatchPut(flagcxComm_t comm, int peer, const size_t *srcOffsets,
+                              const size_t *dstOffsets, const size_t *sizes,
+                              const int *srcMrIdxs, const int *dstMrIdxs, size_t count);
+/* Not in FlagCX 0.13's header (its user guide lists it): 8 bytes through the
+ * staging region. */
 flagcxResult_t flagcxPutValue(flagcxComm_t comm, int peer, uint64_t value,
                               size_t dstOffset, int dstMrIdx);
-flagcxResult_t flagcxSignal(flagcxComm_t comm, int peer, size_t signalOffset,
-                            uint64_t signalValue);
-flagcxResult_t flagcxWaitSignal(flagcxComm_t comm, int peer, size_t signalOffset,
-                                uint64_t expected, flagcxStream_t stream);
+
+/* Window-based and stream-ordered: count elements of localbuff land at
+ * peerWinOffset bytes into the peer's window, then the signal the peer keeps
+ * for this rank grows by one.  flags: reserved, pass 0. */
+flagcxResult_t flagcxPutSignal(const void *localbuff, size_t count,
+                               flagcxDataType_t datatype, int peer, flagcxWindow_t peerWin,
+                               size_t peerWinOffset, unsigned int flags, flagcxComm_t comm,
+                               flagcxStream_t stream);
+/* The signal alone. */
+flagcxResult_t flagcxSignal(int peer, unsigned int flags, flagcxComm_t comm,
+                            flagcxStream_t stream);
+
+typedef struct {
+  uint64_t opCnt; /* signals to wait for from `peer` */
+  int peer;
+} flagcxWaitSignalDesc_t;
+/* The stream waits until, for every descriptor, opCnt further signals from
+ * its peer have arrived.  nDesc 0 (descs may be NULL) does nothing. */
+flagcxResult_t flagcxWaitSignal(int nDesc, const flagcxWaitSignalDesc_t *signalDescs,
+                                flagcxComm_t comm, flagcxStream_t stream);
 flagcxResult_t flagcxReadCounter(flagcxComm_t comm, uint64_t *count);
 flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
 

@@ -43,6 +43,13 @@ class Conn {
   // the peer sent no error frame.  A peer that gave up on a later call than
   // this rank's current one still delivered everything it sent before.
   virtual uint64_t peerGaveUpOn() const { return 0; }
+  // The calls (tags) named when this Conn found mismatched calls: `mine` is
+  // what this rank posted, `theirs` what arrived; both 0 when it found none.
+  // The executor passes them on to the other peers when it gives up.
+  struct Mismatch {
+    uint64_t mine = 0, theirs = 0;
+  };
+  virtual Mismatch mismatch() const { return {}; }
 
   static constexpr int kMaxPosted = 256;
 };
@@ -58,17 +65,6 @@ class Transport {
   virtual flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers,
                                     int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
 };
-
-// The calls named by the latest mismatch this thread detected (tags; 0 when
-// none): set by the transports, read by the executor to tell the other peers.
-struct MismatchNote {
-  uint64_t mine = 0, theirs = 0;
-};
-MismatchNote &lastMismatch();
-
-// How a message tag reads in a log line ("allreduce #12 float32 count 1000
-// root 0", "send/recv"); defined by the executor, which makes the tags.
-std::string tagText(uint64_t tag);
 
 std::unique_ptr<Transport> makeShmTransport();
 std::unique_ptr<Transport> makeSocketTransport();

@@ -4,10 +4,13 @@
 #pragma once
 #include <memory>
 
-#include "core/enqueue.h"
+#include "base/ops.h"
 #include "flagcx.h"
 
 namespace flagcx {
+
+class Bootstrap;
+class DeviceAdapter;
 
 class CclAdapter {
  public:
@@ -23,11 +26,20 @@ class CclAdapter {
   virtual flagcxResult_t destroy(bool abort) = 0;
 };
 
-// Create the vendor pass-through for `comm` when it applies (homogeneous,
-// vendor library loadable, FLAGCX_USE_HETERO_COMM unset).  *out stays null
-// when it does not apply; an error is returned only when it applies but fails.
-// Collective over the communicator (uses comm->bs).
-flagcxResult_t makeVendorCcl(flagcxComm *comm, std::unique_ptr<CclAdapter> *out);
+// What a vendor back end is given: who this rank is, the bootstrap network
+// to agree and exchange the vendor's own id over, and this rank's device.
+struct CclContext {
+  int rank = 0, nranks = 0;
+  Bootstrap *bs = nullptr;
+  DeviceAdapter *dev = nullptr;
+  bool homogeneous = false;  // every rank drives the same kind of device
+};
+
+// Create the vendor pass-through when it applies (homogeneous, vendor
+// library loadable, FLAGCX_USE_HETERO_COMM unset).  *out stays null when it
+// does not apply; an error is returned only when it applies but fails.
+// Collective over the communicator (uses ctx.bs).
+flagcxResult_t makeVendorCcl(const CclContext &ctx, std::unique_ptr<CclAdapter> *out);
 // Thread-wide group brackets for the vendor library (no-ops when none is loaded).
 void vendorGroupStart();
 void vendorGroupEnd();

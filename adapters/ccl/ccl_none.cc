@@ -2,7 +2,7 @@
 #include "adapters/ccl/ccl.h"
 
 namespace flagcx {
-flagcxResult_t makeVendorCcl(flagcxComm *, std::unique_ptr<CclAdapter> *out) {
+flagcxResult_t makeVendorCcl(const CclContext &, std::unique_ptr<CclAdapter> *out) {
   out->reset();
   return flagcxSuccess;
 }

@@ -16,12 +16,22 @@ namespace flagcx {
 struct StreamTask {
   flagcxResult_t (*run)(void *arg);
   void *arg;
+  // Tasks of one lane run one at a time, in enqueue order; tasks of
+  // different lanes may run at once.  The executor gives each communicator
+  // its own lane, so that ranks sharing a process (which wait for each
+  // other) never queue behind one another.  nullptr: the shared lane.
+  const void *lane;  // (no initializer: StreamTask lives in unions; {run, arg} zeroes it)
 };
+
+// The kinds of device a rank can drive.  Ranks of different kinds make a
+// heterogeneous communicator; the value travels in the bootstrap's PeerInfo.
+enum class DeviceKind : int32_t { Host = 0, Cuda = 1 };
 
 class DeviceAdapter {
  public:
   virtual ~DeviceAdapter() = default;
   virtual const char *name() const = 0;  // "host", "cuda"
+  virtual DeviceKind kind() const = 0;
   // The public function table for this device (static storage; never freed).
   virtual flagcxDeviceHandle *handle() = 0;
 
@@ -41,7 +51,7 @@ class DeviceAdapter {
   virtual flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) = 0;
 
   // Direct exchange of device memory between processes of one host (CUDA
-  // IPC), used by the engine's direct mode (src/core/enqueue.cc).  The host
+  // IPC), used by the executor's direct mode (src/exec/direct.cc).  The host
   // adapter has none.  A reference is kIpcRefBytes of plain data naming the
   // allocation that holds a pointer and the pointer's offset in it.
   static constexpr size_t kIpcRefBytes = 96;
@@ -67,7 +77,7 @@ class DeviceAdapter {
     return reduce(dst, a, b, count, dtype, op, nullptr);
   }
   virtual flagcxResult_t flush() { return flagcxSuccess; }
-  // Pipelined host staging (src/core/enqueue.cc): page-locked host memory,
+  // Pipelined host staging (src/exec/staging.cc): page-locked host memory,
   // and marks in the private stream's order.  `mark` returns a number for
   // "everything issued so far"; `reached` says, without waiting, whether all
   // of it is done.  Defaults: the heap, and every mark already reached.
@@ -83,11 +93,18 @@ class DeviceAdapter {
   // for every stream: from the progress thread, while it holds a user's
   // stream, that would never return).
   virtual flagcxResult_t prepareEngine() { return flagcxSuccess; }
+  // No task of `lane` is queued or running any more, nor will be: free what
+  // the adapter keeps for it (a CUDA progress thread).
+  virtual void releaseLane(const void * /*lane*/) {}
 };
 
 // The host adapter (always available).
 DeviceAdapter *hostAdapter();
-// The adapter chosen by FLAGCX_DEVICE (auto = cuda when usable, else host).
+// The CUDA adapter, in builds that have one (adapters/device/cuda); nullptr
+// when no GPU is usable here (cudaUnavailableReason() in cuda_internal.h says why).
+DeviceAdapter *cudaAdapter();
+// The adapter chosen by FLAGCX_DEVICE (auto = cuda when usable, else host);
+// nullptr, with the reason logged, when the choice cannot be honoured.
 DeviceAdapter *selectedAdapter();
 
 // Scalar-free, vectorizable reduction kernels for CPU memory (every dtype x

@@ -4,8 +4,9 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "net/tags.h"
 
 namespace flagcx {
 
@@ -232,7 +233,7 @@ flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
     WARN(kNet, "mismatched calls: rank %d (%s) sent %s (message #%" PRIu64 ", %" PRIu64 " bytes) but rank %d posted %s (up to %" PRIu64 " bytes) [%s channel %d]",
          desc_.peer, desc_.host.c_str(), tagText(h.tag).c_str(), h.seq, h.length, desc_.self,
          tagText(r.tag).c_str(), r.size, kind_, desc_.channel);
-    lastMismatch() = MismatchNote{r.tag, h.tag};
+    mismatch_ = Mismatch{r.tag, h.tag};
     return fail(flagcxInvalidUsage);
   }
   if (h.length > r.size) {
@@ -399,11 +400,6 @@ void FramedConn::collectPullAcks(bool *moved) {
     *moved = true;
   }
   popDone(sendQ_);
-}
-
-MismatchNote &lastMismatch() {
-  thread_local MismatchNote note;
-  return note;
 }
 
 flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {

@@ -104,6 +104,7 @@ class FramedConn final : public Conn {
   flagcxResult_t progress() override;
   void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) override;
   uint64_t peerGaveUpOn() const override { return peerGaveUpOn_; }
+  Mismatch mismatch() const override { return mismatch_; }
 
  private:
   enum class Kind : uint8_t { Free, Send, Recv };
@@ -185,6 +186,7 @@ class FramedConn final : public Conn {
   bool peerClosed_ = false;
   bool poisoned_ = false;  // an error frame went out (see poison())
   uint64_t peerGaveUpOn_ = 0;  // the peer's call named in its error frame
+  Mismatch mismatch_;          // set when this Conn found mismatched calls
   // Stall and liveness tracking (see idle()).
   using Clock = std::chrono::steady_clock;
   Clock::time_point lastMove_{}, lastIdleCall_{}, lastLiveCheck_{};

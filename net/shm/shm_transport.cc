@@ -37,9 +37,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/bootstrap.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "rendezvous/bootstrap.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "net/common/framed_conn.h"
 #include "net/net.h"
 

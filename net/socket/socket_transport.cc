@@ -30,9 +30,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/bootstrap.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "rendezvous/bootstrap.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "net/common/framed_conn.h"
 #include "net/net.h"
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <functional>
 
-#include "core/socket.h"
+#include "rendezvous/socket.h"
 
 namespace flagcx {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "core/comm.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "flagcx.h"
 
 namespace flagcx {
@@ -14,7 +14,7 @@ inline flagcxResult_t checkComm(const char *fn, const flagcxComm *comm) {
   if (!commIsLive(comm))
     return argError(flagcxInvalidArgument, kInit,
                     "%s: comm is not a live communicator (destroyed or aborted?)", fn);
-  if (comm->asyncError.load() != flagcxSuccess && comm->aborting)
+  if (comm->exec->asyncError() != flagcxSuccess && comm->exec->aborting())
     return argError(flagcxInvalidUsage, kInit, "%s: comm was aborted", fn);
   return flagcxSuccess;
 }

@@ -1,6 +1,7 @@
 // Collective entry points: validate, then hand to the engine.
 #include "api/checks.h"
-#include "core/enqueue.h"
+#include "core/comm.h"
+#include "exec/executor.h"
 
 using namespace flagcx;
 
@@ -15,7 +16,7 @@ flagcxResult_t common(const char *fn, flagcxComm *comm, flagcxDataType_t dt) {
 flagcxResult_t run(flagcxComm *comm, OpKind op, const void *s, void *r, size_t count,
                    flagcxDataType_t dt, flagcxRedOp_t redop, int root, flagcxStream_t stream) {
   CollArgs a{op, s, r, count, dt, redop, root, nullptr, nullptr, nullptr, nullptr};
-  return enqueueColl(comm, a, stream);
+  return commColl(comm, a, stream);
 }
 
 }  // namespace
@@ -160,5 +161,5 @@ extern "C" flagcxResult_t flagcxAlltoAllv(const void *sendbuff, size_t *sendcoun
   if (recvTotal) API_CHECK(checkPtr(fn, "recvbuff", recvbuff));
   CollArgs a{OpKind::AlltoAllv, sendbuff, recvbuff, sendTotal, dt, flagcxSum, 0,
              sendcounts, sdispls, recvcounts, rdispls};
-  return enqueueColl(comm, a, stream);
+  return commColl(comm, a, stream);
 }

@@ -3,9 +3,9 @@
 
 #include "api/checks.h"
 #include "core/comm.h"
-#include "core/enqueue.h"
-#include "core/params.h"
-#include "core/uniqueid.h"
+#include "exec/executor.h"
+#include "base/params.h"
+#include "rendezvous/uniqueid.h"
 
 using namespace flagcx;
 
@@ -40,16 +40,12 @@ extern "C" flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
 extern "C" flagcxResult_t flagcxCommFinalize(flagcxComm_t comm) {
   API_CHECK(checkComm("flagcxCommFinalize", comm));
   // Operations complete in stream order; finalize waits for the ones in flight.
-  Backoff wait;
-  while (comm->inFlight.load() > 0) {
-    if (wait.expired()) {
-      WARN(kInit, "flagcxCommFinalize: rank %d: operations still in flight after FLAGCX_TIMEOUT",
-           comm->rank);
-      return flagcxSystemError;
-    }
-    wait.idle();
+  if (!comm->exec->drain()) {
+    WARN(kInit, "flagcxCommFinalize: rank %d: operations still in flight after FLAGCX_TIMEOUT",
+         comm->rank);
+    return flagcxSystemError;
   }
-  return static_cast<flagcxResult_t>(comm->asyncError.load());
+  return comm->exec->asyncError();
 }
 
 extern "C" flagcxResult_t flagcxCommDestroy(flagcxComm_t comm) {
@@ -80,7 +76,7 @@ extern "C" flagcxResult_t flagcxCommResume(flagcxComm_t comm) {
 extern "C" flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm, flagcxResult_t *asyncError) {
   API_CHECK(checkComm("flagcxCommGetAsyncError", comm));
   API_CHECK(checkPtr("flagcxCommGetAsyncError", "asyncError", asyncError));
-  *asyncError = static_cast<flagcxResult_t>(comm->asyncError.load());
+  *asyncError = comm->exec->asyncError();
   return flagcxSuccess;
 }
 
@@ -117,8 +113,12 @@ extern "C" flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo) {
 
 extern "C" const char *flagcxGetLastError(flagcxComm_t comm) {
   if (comm && commIsLive(comm)) {
+    std::string e = comm->exec->lastError();
     std::lock_guard<std::mutex> lk(comm->mu);
-    if (!comm->lastError.empty()) return comm->lastError.c_str();
+    if (!e.empty()) {
+      comm->lastError = std::move(e);  // kept: the caller reads it after we return
+      return comm->lastError.c_str();
+    }
   }
   return lastErrorText();
 }

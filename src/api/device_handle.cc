@@ -7,7 +7,7 @@
 #include <new>
 
 #include "adapters/device/adapter.h"
-#include "core/log.h"
+#include "base/log.h"
 
 using namespace flagcx;
 

@@ -1,21 +1,10 @@
 // Small library-wide queries: version, dtype sizes, result strings.
-#include "core/log.h"
+#include "base/dtype.h"
+#include "base/log.h"
 #include "flagcx.h"
 
 extern "C" size_t getFlagcxDataTypeSize(flagcxDataType_t dtype) {
-  switch (dtype) {
-    case flagcxInt8:
-    case flagcxUint8: return 1;
-    case flagcxFloat16:
-    case flagcxBfloat16: return 2;
-    case flagcxInt32:
-    case flagcxUint32:
-    case flagcxFloat32: return 4;
-    case flagcxInt64:
-    case flagcxUint64:
-    case flagcxFloat64: return 8;
-    default: return 0;  // invalid: callers treat 0 as "unknown datatype"
-  }
+  return flagcx::dtypeSize(dtype);  // 0: invalid, callers treat it as "unknown datatype"
 }
 
 extern "C" flagcxResult_t flagcxGetVersion(int *version) {

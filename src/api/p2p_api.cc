@@ -1,6 +1,7 @@
 // Point-to-point and group entry points.
 #include "api/checks.h"
-#include "core/enqueue.h"
+#include "core/comm.h"
+#include "exec/executor.h"
 
 using namespace flagcx;
 
@@ -16,7 +17,7 @@ static flagcxResult_t p2p(const char *fn, bool isSend, const void *buf, size_t c
     return argError(flagcxInvalidUsage, kP2P,
                     "%s: peer %d is this rank; a send or receive to oneself must be inside "
                     "flagcxGroupStart/End with its matching call", fn, peer);
-  return enqueueP2P(comm, isSend, const_cast<void *>(buf), bytes, peer, stream);
+  return commP2P(comm, isSend, const_cast<void *>(buf), bytes, peer, stream);
 }
 
 extern "C" flagcxResult_t flagcxSend(const void *sendbuff, size_t count, flagcxDataType_t dt,

@@ -9,10 +9,9 @@
 #include <set>
 #include <thread>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "adapters/ccl/ccl.h"
-#include "core/enqueue.h"
 #include "sched/algo_set.h"
 
 namespace flagcx {
@@ -42,62 +41,65 @@ uint64_t localHostHash(std::string *hostName) {
 }
 }  // namespace
 
-Backoff::Backoff() { reset(); }
-void Backoff::reset() {
-  spins_ = 0;
-  int64_t t = paramInt(Param::TIMEOUT);
-  deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(t > 0 ? t : 600);
-}
-bool Backoff::expired() const { return std::chrono::steady_clock::now() >= deadline_; }
-void Backoff::idle() {
-  spins_++;
-  if (spins_ < 64) {
-    __builtin_ia32_pause();
-  } else if (spins_ < 2048) {
-    sched_yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
 bool commIsLive(const flagcxComm *comm) {
   std::lock_guard<std::mutex> lk(g_liveMu);
   return g_live.count(comm) != 0 && comm->magic == flagcxComm::kMagic;
 }
 
-// Clusters of ranks: by device kind (in order of first appearance), or the
-// sizes of FLAGCX_CLUSTER_SPLIT_LIST over consecutive ranks.  The list must
-// add up to nranks and be the same on every rank (checked collectively).
+// Clusters of ranks: one per device kind, in order of first appearance.
+// FLAGCX_CLUSTER_SPLIT_LIST=k0,k1,... (FlagCX's meaning) then splits the c-th
+// of those into k_c sub-clusters of its ranks taken in rank order: each of
+// size/k_c ranks, the last one taking the remainder (so "2" turns 8 ranks of
+// one kind into 2 x 4, and 5 into 2 + 3).  The list needs one entry per
+// device-kind cluster, each a whole number from 1 to that cluster's size,
+// and must be the same on every rank (checked collectively, so that a bad
+// list fails the init everywhere instead of hanging some ranks).
 static flagcxResult_t assignClusters(flagcxComm *comm) {
   int n = comm->nranks;
   const auto &peers = comm->bs->peers();
-  comm->clusterOf.assign(static_cast<size_t>(n), 0);
+  std::vector<int> kinds;  // device kind of each device-kind cluster
+  std::vector<int> kindOf(static_cast<size_t>(n));
+  for (int r = 0; r < n; r++) {
+    int k = peers[static_cast<size_t>(r)].deviceKind;
+    auto it = std::find(kinds.begin(), kinds.end(), k);
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), k);
+    kindOf[static_cast<size_t>(r)] = static_cast<int>(it - kinds.begin());
+  }
+  std::vector<int> members(kinds.size(), 0);
+  for (int r = 0; r < n; r++) members[static_cast<size_t>(kindOf[static_cast<size_t>(r)])]++;
+
   const std::string &list = paramStr(Param::CLUSTER_SPLIT_LIST);
-  uint64_t mine = 0;  // 0: no list
+  std::vector<int> split(kinds.size(), 1);
   std::string bad;
   if (!list.empty()) {
-    std::vector<int> sizes;
+    std::vector<int> items;
     size_t pos = 0;
-    while (pos <= list.size() && bad.empty()) {
+    while (bad.empty()) {
       size_t comma = list.find(',', pos);
       std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      size_t c = items.size();
+      int most = c < members.size() ? members[c] : n;
       char *end = nullptr;
-      long v = strtol(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v <= 0 || v > n) bad = "'" + item + "' is not a size in 1.." + std::to_string(n);
-      else sizes.push_back(static_cast<int>(v));
+      long v = item.empty() ? 0 : strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0')
+        bad = "'" + item + "' is not a number of sub-clusters";
+      else if (v < 1)
+        bad = "'" + item + "': a cluster splits into at least 1 sub-cluster";
+      else if (v > most)
+        bad = "'" + item + "' sub-clusters for cluster " + std::to_string(c) + " of " +
+              std::to_string(most) + " rank(s): more sub-clusters than ranks";
+      else
+        items.push_back(static_cast<int>(v));
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
-    int sum = 0;
-    for (int v : sizes) sum += v;
-    if (bad.empty() && sum != n)
-      bad = "the sizes add up to " + std::to_string(sum) + ", not to the " + std::to_string(n) + " ranks";
-    int r = 0;
-    for (size_t c = 0; bad.empty() && c < sizes.size(); c++)
-      for (int k = 0; k < sizes[c]; k++) comm->clusterOf[static_cast<size_t>(r++)] = static_cast<int>(c);
-    mine = fnv1a("clusters:" + list);
-    if (!bad.empty()) mine = 1;  // never equal to a valid list's hash on another rank
+    if (bad.empty() && items.size() != kinds.size())
+      bad = "it has " + std::to_string(items.size()) + " entries, one per device-kind cluster is " +
+            "needed and this communicator has " + std::to_string(kinds.size());
+    if (bad.empty()) split = items;
   }
+  // Every rank's list (hashed; 1 for a list this rank found bad) must agree.
+  uint64_t mine = list.empty() ? 0 : bad.empty() ? fnv1a("clusters:" + list) : 1;
   std::vector<uint64_t> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm->rank)] = mine;
   FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(uint64_t)));
@@ -109,60 +111,58 @@ static flagcxResult_t assignClusters(flagcxComm *comm) {
       return argError(flagcxInvalidArgument, kInit, "rank %d: FLAGCX_CLUSTER_SPLIT_LIST differs "
                       "between ranks (rank %d has another value than this rank's '%s')",
                       comm->rank, r, list.c_str());
-  if (list.empty()) {
-    std::vector<int> kinds;  // device kind of each cluster
-    for (int r = 0; r < n; r++) {
-      int k = peers[static_cast<size_t>(r)].deviceKind;
-      auto it = std::find(kinds.begin(), kinds.end(), k);
-      if (it == kinds.end()) it = kinds.insert(kinds.end(), k);
-      comm->clusterOf[static_cast<size_t>(r)] = static_cast<int>(it - kinds.begin());
-    }
+
+  std::vector<int> first(kinds.size(), 0);  // id of each device-kind cluster's first sub-cluster
+  for (size_t c = 1; c < kinds.size(); c++) first[c] = first[c - 1] + split[c - 1];
+  std::vector<int> seen(kinds.size(), 0);
+  comm->clusterOf.assign(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; r++) {
+    size_t c = static_cast<size_t>(kindOf[static_cast<size_t>(r)]);
+    int per = members[c] / split[c];
+    int sub = std::min(seen[c]++ / per, split[c] - 1);
+    comm->clusterOf[static_cast<size_t>(r)] = first[c] + sub;
   }
-  comm->nclusters = 1 + *std::max_element(comm->clusterOf.begin(), comm->clusterOf.end());
+  comm->nclusters = first.back() + split.back();
   if (comm->nclusters > 1) comm->homogeneous = false;
-  INFO(kInit, "rank %d: %d cluster(s)%s; this rank is in cluster %d", comm->rank, comm->nclusters,
-       list.empty() ? " by device kind" : " from FLAGCX_CLUSTER_SPLIT_LIST",
+  INFO(kInit, "rank %d: %d cluster(s) (%zu device kind(s)%s); this rank is in cluster %d",
+       comm->rank, comm->nclusters, kinds.size(),
+       list.empty() ? "" : ", split by FLAGCX_CLUSTER_SPLIT_LIST",
        comm->clusterOf[static_cast<size_t>(comm->rank)]);
   return flagcxSuccess;
 }
 
-// Direct mode (device memory read in place by same-host peers) needs every
-// rank to agree: each votes, and it is on only when all can and want it.
-static flagcxResult_t chooseDirect(flagcxComm *comm) {
-  if (comm->ccl) return flagcxSuccess;  // the same on every rank
-  bool can = comm->dev->ipcSupported() && comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
-  for (const PeerInfo &p : comm->bs->peers()) can = can && p.deviceKind == 1;
-  std::vector<int32_t> votes(static_cast<size_t>(comm->nranks), 0);
-  votes[static_cast<size_t>(comm->rank)] = can ? 1 : 0;
-  FLAGCX_CHECK(comm->bs->allgather(votes.data(), sizeof(int32_t)));
-  bool all = true;
-  for (int32_t v : votes) all = all && v == 1;
-  if (!all) return flagcxSuccess;
-  // Every rank's outbox, mapped by every peer now (small messages never map
-  // anything on the progress thread).
-  constexpr size_t kOutbox = 16 << 20;
-  DeviceAdapter *dev = comm->dev;
-  FLAGCX_CHECK(dev->prepareEngine());
-  void *ob = nullptr;
-  FLAGCX_CHECK(dev->allocDevice(&ob, kOutbox));
-  comm->outbox = static_cast<char *>(ob);
-  comm->outboxBytes = kOutbox;
-  size_t rb = DeviceAdapter::kIpcRefBytes;
-  std::vector<char> refs(rb * static_cast<size_t>(comm->nranks), 0);
-  FLAGCX_CHECK(dev->ipcExport(ob, refs.data() + rb * static_cast<size_t>(comm->rank)));
-  FLAGCX_CHECK(comm->bs->allgather(refs.data(), rb));
-  comm->peerOutbox.assign(static_cast<size_t>(comm->nranks), nullptr);
-  for (int p = 0; p < comm->nranks; p++) {
-    if (p == comm->rank) continue;
-    void *base = nullptr;
-    flagcxResult_t r = dev->ipcImportBase(refs.data() + rb * static_cast<size_t>(p), &base);
+flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers) {
+  // Same host -> shm (unless disabled), otherwise socket.  Set-up is
+  // pairwise over the bootstrap: both ranks of a pair call it for each other.
+  const auto &all = comm->bs->peers();
+  const uint64_t me = all[static_cast<size_t>(comm->rank)].hostHash;
+  bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
+  std::vector<int> shmPeers, sockPeers;
+  for (int r : peers) {
+    if (r == comm->rank || comm->conn(r)) continue;
+    bool same = all[static_cast<size_t>(r)].hostHash == me;
+    (same && !shmOff ? shmPeers : sockPeers).push_back(r);
+  }
+  struct Plan {
+    Transport *t;
+    std::vector<int> *peers;
+  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
+  const size_t nch = static_cast<size_t>(comm->nchannels);
+  for (auto &pl : plans) {
+    if (pl.peers->empty()) continue;
+    std::vector<std::unique_ptr<Conn>> conns;
+    flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
     if (r != flagcxSuccess) {
-      WARN(kInit, "rank %d: mapping the outbox of rank %d (CUDA IPC) failed", comm->rank, p);
+      WARN(kInit, "rank %d: connecting to %zu peer(s) over the %s transport failed", comm->rank,
+           pl.peers->size(), pl.t->name());
       return r;
     }
-    comm->peerOutbox[static_cast<size_t>(p)] = static_cast<char *>(base);
+    for (size_t i = 0; i < pl.peers->size(); i++)
+      for (size_t c = 0; c < nch; c++)
+        comm->conns[static_cast<size_t>((*pl.peers)[i]) * nch + c] = std::move(conns[i * nch + c]);
+    INFO(kInit, "rank %d: connected to %zu peer(s) over %s", comm->rank, pl.peers->size(),
+         pl.t->name());
   }
-  comm->direct = true;
   return flagcxSuccess;
 }
 
@@ -176,17 +176,15 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   comm->rank = rank;
   comm->nranks = nranks;
   comm->dev = dev;
-  comm->staged = strcmp(dev->name(), "host") != 0;
   int64_t nch = paramInt(Param::NCHANNELS);
   comm->nchannels = static_cast<int>(nch < 1 ? 1 : nch > 16 ? 16 : nch);
   logSetRank(rank);
-  comm->flight.init(rank, nranks, static_cast<size_t>(std::max<int64_t>(1, paramInt(Param::FLIGHT_RECORDER_SIZE))));
 
   PeerInfo self;
   std::string hostName;
   self.hostHash = localHostHash(&hostName);
   self.pid = getpid();
-  self.deviceKind = strcmp(dev->name(), "host") == 0 ? 0 : 1;
+  self.deviceKind = static_cast<int32_t>(dev->kind());
   snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
   FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
   const auto &peers = comm->bs->peers();
@@ -209,35 +207,6 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   comm->nNodes = static_cast<int>(hosts.size());
   FLAGCX_CHECK(assignClusters(comm.get()));
 
-  // Transports: same host -> shm (unless disabled), otherwise socket.
-  bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
-  std::vector<int> shmPeers, sockPeers;
-  for (int r = 0; r < nranks; r++) {
-    if (r == rank) continue;
-    bool same = peers[static_cast<size_t>(r)].hostHash == self.hostHash;
-    (same && !shmOff ? shmPeers : sockPeers).push_back(r);
-  }
-  comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
-  // Every rank calls connectAll for both transports (possibly with no peers)
-  // so that collective set-up steps inside them line up.
-  comm->shm = makeShmTransport();
-  comm->sock = makeSocketTransport();
-  struct Plan {
-    Transport *t;
-    std::vector<int> *peers;
-  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
-  for (auto &pl : plans) {
-    std::vector<std::unique_ptr<Conn>> conns;
-    flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
-    if (r != flagcxSuccess) {
-      WARN(kInit, "rank %d: setting up the %s transport failed", rank, pl.t->name());
-      return r;
-    }
-    for (size_t i = 0; i < pl.peers->size(); i++)
-      for (int c = 0; c < comm->nchannels; c++)
-        comm->conns[static_cast<size_t>((*pl.peers)[i] * comm->nchannels + c)] =
-            std::move(conns[i * static_cast<size_t>(comm->nchannels) + static_cast<size_t>(c)]);
-  }
   // Hierarchical algorithms group ranks by host; with equal clusters from
   // FLAGCX_CLUSTER_SPLIT_LIST they group by cluster instead.
   int groupSize = comm->localRanks;
@@ -249,14 +218,55 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
     if (equal) groupSize = nranks / comm->nclusters;
   }
   FLAGCX_CHECK(AlgoSet::create(rank, nranks, groupSize, &comm->algos));
-  FLAGCX_CHECK(makeVendorCcl(comm.get(), &comm->ccl));
-  FLAGCX_CHECK(chooseDirect(comm.get()));
+  // Transports: connections to the peers the schedules name now (every
+  // op but alltoall/alltoallv, whose schedules name every rank), to the
+  // others on first use (the executor asks through env.connect).
+  comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
+  comm->shm = makeShmTransport();
+  comm->sock = makeSocketTransport();
+  std::vector<int> first;
+  if (paramInt(Param::CONNECT_ALL) != 0) {
+    for (int r = 0; r < nranks; r++)
+      if (r != rank) first.push_back(r);
+  } else {
+    first = comm->algos->schedulePeers(
+        [](OpKind op) { return op != OpKind::AlltoAll && op != OpKind::AlltoAllv; });
+  }
+  FLAGCX_CHECK(commConnect(comm.get(), first));
+  CclContext cctx;
+  cctx.rank = rank;
+  cctx.nranks = nranks;
+  cctx.bs = comm->bs.get();
+  cctx.dev = dev;
+  cctx.homogeneous = comm->homogeneous;
+  FLAGCX_CHECK(makeVendorCcl(cctx, &comm->ccl));
+  ExecEnv env;
+  env.rank = rank;
+  env.nranks = nranks;
+  env.nchannels = comm->nchannels;
+  env.dev = dev;
+  env.bs = comm->bs.get();
+  env.conns = &comm->conns;
+  env.algos = comm->algos.get();
+  flagcxComm *raw = comm.get();
+  env.connect = [raw](const std::vector<int> &peers) { return commConnect(raw, peers); };
+  comm->exec = std::make_unique<Executor>(env);
+  if (!comm->ccl) {
+    // Device buffers read in place by same-host peers (CUDA IPC), when every
+    // rank is a CUDA rank of this host and allows it (a collective vote; the
+    // vendor decision above is the same on every rank).
+    bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
+    for (const PeerInfo &p : comm->bs->peers())
+      canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
+    FLAGCX_CHECK(comm->exec->setup(canDirect));
+  }
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
-       "%zu shm peer(s), %zu socket peer(s), %d channel(s)%s", rank, nranks, dev->name(),
-       self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
-       sockPeers.size(), comm->nchannels,
-       comm->ccl ? ", vendor CCL" : comm->direct ? ", device buffers by CUDA IPC" : "");
+       "%zu peer(s) connected, the others on first use, %d channel(s)%s", rank, nranks,
+       dev->name(), self.host, comm->localRank, comm->localRanks, comm->nNodes, first.size(),
+       comm->nchannels,
+       comm->ccl ? ", vendor CCL"
+       : comm->exec->mode() == ExecMode::Direct ? ", device buffers by CUDA IPC" : "");
   {
     std::lock_guard<std::mutex> lk(g_liveMu);
     g_live.insert(comm.get());
@@ -272,69 +282,38 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
   }
   flagcxResult_t res = flagcxSuccess;
   if (abort) {
-    comm->aborting = true;
+    comm->exec->abort();
     if (comm->bs) comm->bs->abort();
   }
   // Let enqueued work finish (or fail fast when aborting) before freeing.
-  Backoff wait;
-  auto abortDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (comm->inFlight.load() > 0) {
-    if (abort ? std::chrono::steady_clock::now() > abortDeadline : wait.expired()) {
-      WARN(kInit, "rank %d: %d operation(s) still in flight at %s; freeing anyway",
-           comm->rank, comm->inFlight.load(), abort ? "abort" : "destroy");
-      res = flagcxInternalError;
-      // Leak the communicator: a stream task still references it.
-      comm->magic = 0;
-      return res;
-    }
-    wait.idle();
+  if (!comm->exec->drain()) {
+    WARN(kInit, "rank %d: %d operation(s) still in flight at %s; freeing anyway", comm->rank,
+         comm->exec->inFlight(), abort ? "abort" : "destroy");
+    // Leak the communicator: a stream task still references it.
+    comm->magic = 0;
+    return flagcxInternalError;
   }
   if (comm->ccl) {
-    flagcxResult_t r = comm->ccl->destroy(abort);
-    if (res == flagcxSuccess) res = r;
+    res = comm->ccl->destroy(abort);
     comm->ccl.reset();
   }
   comm->magic = 0;
-  freeJobs(comm);
-  for (auto &kv : comm->ipcImports) comm->dev->ipcRelease(kv.second);
-  for (char *p : comm->peerOutbox)
-    if (p) comm->dev->ipcRelease(p);
-  if (comm->outbox) comm->dev->freeDevice(comm->outbox);
-  for (flagcxComm::DevBuf *b : {&comm->dScratch, &comm->dInPlace, &comm->dInAlt, &comm->dOutAlt,
-                                &comm->dStageIn, &comm->dStageOut})
-    if (b->p.load()) comm->dev->freeDevice(b->p.load());
-  for (void *p : comm->dRetired) comm->dev->freeDevice(p);
-  for (flagcxComm::DevBuf *b : {&comm->pStageIn, &comm->pStageOut})
-    if (b->p.load()) comm->dev->freePinned(b->p.load());
-  for (void *p : comm->pRetired) comm->dev->freePinned(p);
-  delete comm;
+  delete comm;  // the executor frees its buffers and mappings
   return res;
 }
 
-flagcxResult_t commWaitTurn(flagcxComm *comm, uint64_t ticket) {
-  if (comm->doneTicket.load(std::memory_order_acquire) == ticket) return flagcxSuccess;
-  Backoff wait;
-  while (comm->doneTicket.load(std::memory_order_acquire) != ticket) {
-    if (comm->aborting) return flagcxRemoteError;
-    if (wait.expired()) {
-      WARN(kColl, "rank %d: operation #%llu waited FLAGCX_TIMEOUT for operation #%llu (on "
-           "another stream) to finish", comm->rank, static_cast<unsigned long long>(ticket),
-           static_cast<unsigned long long>(comm->doneTicket.load()));
-      return flagcxSystemError;
-    }
-    wait.idle();
-  }
-  return flagcxSuccess;
+flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream) {
+  return comm->ccl ? comm->ccl->coll(args, stream) : comm->exec->enqueueColl(args, stream);
 }
 
-void commFinishTurn(flagcxComm *comm, uint64_t ticket, flagcxResult_t res) {
-  if (res != flagcxSuccess) {
-    int expected = flagcxSuccess;
-    comm->asyncError.compare_exchange_strong(expected, res);
-    std::lock_guard<std::mutex> lk(comm->mu);
-    comm->lastError = lastErrorText();
+flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
+                       flagcxStream_t stream) {
+  if (comm->ccl) {
+    // The vendor library moves bytes; the dtype was only needed for the size.
+    return isSend ? comm->ccl->send(buf, bytes, flagcxUint8, peer, stream)
+                  : comm->ccl->recv(buf, bytes, flagcxUint8, peer, stream);
   }
-  comm->doneTicket.store(ticket + 1, std::memory_order_release);
+  return comm->exec->enqueueP2P(isSend, buf, bytes, peer, stream);
 }
 
 }  // namespace flagcx

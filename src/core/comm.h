@@ -1,27 +1,23 @@
-// The communicator: ranks, bootstrap, transports, and the order in which
-// stream-enqueued operations run.
+// The communicator: who the ranks are and where they live, the clusters,
+// the transports and their connections, the compiled schedules, and the
+// back end that runs operations (a vendor pass-through or the executor).
 #pragma once
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "core/bootstrap.h"
-#include "core/flight.h"
+#include "base/ops.h"
+#include "exec/executor.h"
 #include "flagcx.h"
 #include "net/net.h"
+#include "rendezvous/bootstrap.h"
 
 namespace flagcx {
 class AlgoSet;
 class CclAdapter;
-struct Job;
-struct Xfer;
 }
 
 struct flagcxComm {
@@ -45,72 +41,9 @@ struct flagcxComm {
   std::unique_ptr<flagcx::AlgoSet> algos;
   std::unique_ptr<flagcx::CclAdapter> ccl;  // vendor pass-through, when homogeneous
 
-  // Stream-enqueued work runs in issue order across all streams: an
-  // operation takes a ticket when enqueued and runs when its turn comes.
-  std::atomic<uint64_t> nextTicket{0};
-  std::atomic<uint64_t> doneTicket{0};
-  std::atomic<int> asyncError{flagcxSuccess};
-  std::atomic<bool> aborting{false};
-  std::atomic<int> inFlight{0};  // enqueued operations not yet finished
-  std::mutex mu;
-  std::string lastError;
-  flagcx::FlightRecorder flight;
-  uint64_t collSeq = 0;  // collectives issued (same sequence on every rank)
-  uint64_t curTag = 0;   // tag of the operation the executor runs (for error frames)
-  std::vector<flagcx::Job *> freeJobs;  // recycled stream work (under mu)
-
-  // Reused by the executor (only one operation runs at a time).
-  std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
-  std::vector<char> bufStageIn, bufStageOut;  // host copies of device buffers
-  bool staged = false;  // buffers live on a device: stage through host memory
-  // Direct mode (src/core/enqueue.cc): every rank on this host with a device
-  // adapter that maps peers' memory (CUDA IPC); payloads go device to device,
-  // only small control messages through the transports.
-  bool direct = false;
-  // Device working buffers.  They grow on the caller's thread when work is
-  // enqueued (reserveDirect): allocating device memory may wait for every
-  // stream, including a user's stream that the engine holds, so the progress
-  // thread must not allocate.  Outgrown buffers are freed at destroy.
-  struct DevBuf {
-    std::atomic<char *> p{nullptr};
-    std::atomic<size_t> cap{0};
-  };
-  DevBuf dScratch, dInPlace, dInAlt, dOutAlt, dStageIn, dStageOut;
-  std::mutex dMu;                 // serializes growth (callers' threads)
-  std::vector<void *> dRetired;
-  // Host staging without direct mode: page-locked copies of device buffers
-  // (grown on the caller's thread too: cudaHostAlloc may wait for streams).
-  DevBuf pStageIn, pStageOut;
-  std::vector<void *> pRetired;
-  // Pipelined staging (runCollStaged): the host copy of the input arrives
-  // slice by slice; slice k may be read once marks[k] is reached.  Sends
-  // from it wait for their slices, not for the whole copy.
-  struct StageGate {
-    const char *base = nullptr;
-    size_t bytes = 0, slice = 1, ready = 0;  // slices [0, ready) are known copied
-    std::vector<uint64_t> marks;
-  } gate;
-  // ... and the output goes back to the device chunk by chunk, as each
-  // chunk's last write completes.
-  struct StageSink {
-    char *host = nullptr, *dev = nullptr;
-    size_t bytes = 0;
-    bool used = false;  // runColl copied the whole output back
-  } sink;
-  // Small messages go through each rank's outbox: one device buffer per
-  // rank, mapped by every peer at init.  Large ones are read from the
-  // sender's own buffer, mapped on first use (ipcImports).
-  char *outbox = nullptr;
-  size_t outboxBytes = 0;
-  std::vector<char *> peerOutbox;  // [peer], mapped at init
-  std::unordered_map<std::string, void *> ipcImports;  // peer allocation id -> mapped base
-  std::vector<char> directCtrl;
-  std::vector<flagcx::Xfer> directXfers;
-  std::vector<int> scratchCounts;
-  std::vector<char> scratchFlags;
-  std::vector<size_t> scratchDispls;
-  std::vector<int> scratchLastWrite;
-  std::vector<flagcx::Xfer> scratchXfers;
+  std::unique_ptr<flagcx::Executor> exec;  // the engine (unused when ccl is set)
+  std::mutex mu;          // guards lastError
+  std::string lastError;  // what flagcxGetLastError(comm) returns
 
   flagcx::Conn *conn(int peer, int ch = 0) {
     return conns[static_cast<size_t>(peer * nchannels + ch)].get();
@@ -123,23 +56,14 @@ namespace flagcx {
 bool commIsLive(const flagcxComm *comm);
 flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank);
 flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
+// Connect to the listed peers that have no connection yet (each of them
+// must make the same call for this rank; bounded by FLAGCX_TIMEOUT).
+flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers);
 
-// Wait until it is `ticket`'s turn (bounded by FLAGCX_TIMEOUT).
-flagcxResult_t commWaitTurn(flagcxComm *comm, uint64_t ticket);
-void commFinishTurn(flagcxComm *comm, uint64_t ticket, flagcxResult_t res);
-
-// Polite waiting for progress loops: spin a little, then yield, then sleep
-// briefly, so that two busy ranks on two cores do not starve each other.
-class Backoff {
- public:
-  Backoff();
-  void idle();          // nothing progressed this round
-  void progressed() { spins_ = 0; }
-  bool expired() const;  // FLAGCX_TIMEOUT passed since construction or reset()
-  void reset();
- private:
-  int spins_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
-};
+// The operations, after the API's checks: through the vendor pass-through
+// when the communicator has one, else through the executor.
+flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream);
+flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
+                       flagcxStream_t stream);
 
 }  // namespace flagcx

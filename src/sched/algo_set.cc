@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "sched/registry.h"
 #include "sched/script.h"
 #include "sched/tuner.h"
@@ -114,6 +114,22 @@ const Schedule *AlgoSet::find(OpKind op, const std::string &algo, int root) cons
     return root >= 0 && root < nranks_ ? &c.byRoot[root] : nullptr;
   }
   return nullptr;
+}
+
+std::vector<int> AlgoSet::schedulePeers(bool (*op)(OpKind)) const {
+  std::vector<char> named(static_cast<size_t>(nranks_), 0);
+  for (const auto &c : compiled_) {
+    if (!op(c.op)) continue;
+    for (const Schedule &s : c.byRoot)
+      for (const RankSchedule &rs : s.ranks)
+        for (const Step &st : rs.steps)
+          if (st.peer >= 0 && st.peer < nranks_ && st.peer != rank_)
+            named[static_cast<size_t>(st.peer)] = 1;
+  }
+  std::vector<int> out;
+  for (int r = 0; r < nranks_; r++)
+    if (named[static_cast<size_t>(r)]) out.push_back(r);
+  return out;
 }
 
 }  // namespace flagcx

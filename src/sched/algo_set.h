@@ -62,6 +62,11 @@ class AlgoSet {
   // A compiled schedule by name (nullptr when that algorithm was not compiled).
   const Schedule *find(OpKind op, const std::string &algo, int root) const;
 
+  // The ranks this rank's compiled schedules exchange messages with, in
+  // ascending order, over every op for which `op` says yes (the communicator
+  // connects to these at init and to the others on first use).
+  std::vector<int> schedulePeers(bool (*op)(OpKind)) const;
+
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
 

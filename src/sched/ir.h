@@ -25,16 +25,9 @@
 #include <string>
 #include <vector>
 
-namespace flagcx {
+#include "base/ops.h"
 
-enum class OpKind : uint8_t {
-  AllReduce, Reduce, Broadcast, AllGather, Gather, ReduceScatter, Scatter,
-  AlltoAll, AlltoAllv, Barrier, Count
-};
-const char *opName(OpKind op);              // "allreduce", ...
-bool opFromName(const std::string &s, OpKind *op);
-bool opIsRooted(OpKind op);                 // reduce, broadcast, gather, scatter
-bool opReduces(OpKind op);                  // allreduce, reduce, reducescatter
+namespace flagcx {
 
 enum class BufKind : uint8_t { Input, Output, Scratch };
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "flagcx_paths.h"
 
 namespace fs = std::filesystem;

@@ -17,7 +17,7 @@ extern "C" {
 #include <lualib.h>
 }
 
-#include "core/log.h"
+#include "base/log.h"
 #include "sched/ir_names.h"
 
 namespace flagcx {

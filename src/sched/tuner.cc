@@ -14,8 +14,9 @@ extern "C" {
 #include <lua.h>
 }
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 
@@ -199,13 +200,6 @@ double messageBytes(OpKind op, uint64_t bytes, int nranks) {
     case OpKind::AlltoAll: return static_cast<double>(bytes) * nranks;
     default: return static_cast<double>(bytes);
   }
-}
-
-const char *dtypeName(flagcxDataType_t dt) {
-  static const char *names[] = {"int8",    "uint8",   "int32",   "uint32",  "int64",
-                                "uint64",  "float16", "float32", "float64", "bfloat16"};
-  int i = static_cast<int>(dt);
-  return i >= 0 && i < flagcxNumTypes ? names[i] : "?";
 }
 
 uint64_t bucketLowBytes(int b) { return b == 0 ? 0 : uint64_t(1) << (b - 1); }

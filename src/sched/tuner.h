@@ -57,7 +57,6 @@ double alphaBetaSeconds(double steps, double bytesFraction, double messageBytes,
 // bytes * nranks for the block ops, bytes otherwise.
 double messageBytes(OpKind op, uint64_t bytes, int nranks);
 
-const char *dtypeName(flagcxDataType_t dt);  // "float32", ...
 uint64_t bucketLowBytes(int bucket);         // smallest size in the bucket
 
 using DecisionTable = std::array<std::array<std::array<const AlgoInfo *, kSizeBuckets>, flagcxNumTypes>,

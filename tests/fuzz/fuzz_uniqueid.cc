@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/uniqueid.h"
+#include "rendezvous/uniqueid.h"
 #include "fuzz_common.h"
 
 using namespace flagcx;

@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "flagcx.h"
 #include "gpu_common.h"
 

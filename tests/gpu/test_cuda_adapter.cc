@@ -275,6 +275,45 @@ TEST(CudaStreams, WrapNativeStreamAndEvents) {
   EXPECT_NE(H()->streamSynchronize(s2), flagcxSuccess);
 }
 
+// eventElapsedTime (FlagCX 0.13's slot 22): through the table a program
+// gets, timing device work on a flagcx stream; the refusals of the slot.
+TEST(CudaStreams, EventElapsedTime) {
+  flagcxDeviceHandle_t h = nullptr;
+  OK(flagcxDeviceHandleInit(&h));  // FLAGCX_DEVICE=auto: the CUDA table here
+  ASSERT_NE(h->eventElapsedTime, nullptr);
+  flagcxStream_t s;
+  OK(h->streamCreate(&s));
+  void *d;
+  const size_t n = 64 << 20;
+  OK(h->deviceMalloc(&d, n, flagcxMemDevice, nullptr));
+  flagcxEvent_t e0, e1, nt;
+  OK(h->eventCreate(&e0, flagcxEventDefault));
+  OK(h->eventCreate(&e1, flagcxEventDefault));
+  OK(h->eventCreate(&nt, flagcxEventDisableTiming));
+  OK(h->eventRecord(e0, s));
+  for (int i = 0; i < 20; i++) OK(h->deviceMemset(d, i, n, flagcxMemDevice, s));
+  OK(h->eventRecord(e1, s));
+  float ms = -1;
+  flagcxResult_t r = h->eventElapsedTime(&ms, e0, e1);
+  EXPECT_TRUE(r == flagcxSuccess || r == flagcxInProgress) << flagcxGetErrorString(r);
+  OK(h->eventSynchronize(e1));
+  OK(h->eventElapsedTime(&ms, e0, e1));
+  EXPECT_GT(ms, 0.0f);  // 20 memsets of 64 MiB take time on any GPU
+  printf("20 x 64 MiB memset: %.3f ms by eventElapsedTime\n", ms);
+  OK(h->eventRecord(nt, s));
+  OK(h->streamSynchronize(s));
+  EXPECT_EQ(h->eventElapsedTime(&ms, e0, nt), flagcxInvalidUsage);
+  EXPECT_EQ(h->eventElapsedTime(nullptr, e0, e1), flagcxInvalidArgument);
+  EXPECT_EQ(h->eventElapsedTime(&ms, nullptr, e1), flagcxInvalidArgument);
+  OK(h->eventDestroy(nt));
+  EXPECT_EQ(h->eventElapsedTime(&ms, e0, nt), flagcxInvalidArgument);  // destroyed
+  OK(h->eventDestroy(e0));
+  OK(h->eventDestroy(e1));
+  OK(h->deviceFree(d, flagcxMemDevice, nullptr));
+  OK(h->streamDestroy(s));
+  OK(flagcxDeviceHandleFree(h));
+}
+
 TEST(CudaStreams, NullAndLegacyStreams) {
   flagcxStream_t w;
   OK(H()->streamCopy(&w, nullptr));  // wraps the legacy default stream

@@ -283,11 +283,12 @@ int cudaRank(int rank, int nranks, flagcxUniqueId *id, const char *wantBackend, 
   RANK_OK(flagcxIsHomoComm(comm, &homo));
   if (rank == 0)
     printf("nranks %d on %d GPU(s): backend %s%s, flagcxIsHomoComm %d, count %zu, %s buffers\n",
-           nranks, ngpu, backend, comm->ccl ? "" : comm->direct ? " (direct: CUDA IPC)" : " (host staging)",
+           nranks, ngpu, backend, comm->ccl ? "" : comm->exec->mode() == flagcx::ExecMode::Direct ? " (direct: CUDA IPC)" : " (host staging)",
            homo, cnt, device ? "device" : "host");
   const char *ipcOff = getenv("FLAGCX_IPC_DISABLE");
   bool wantDirect = !comm->ccl && !(ipcOff && strcmp(ipcOff, "1") == 0);
-  RANK_CHECK(comm->direct == wantDirect, "direct mode %d, expected %d", comm->direct, wantDirect);
+  bool direct = comm->exec->mode() == flagcx::ExecMode::Direct;
+  RANK_CHECK(direct == wantDirect, "direct mode %d, expected %d", direct, wantDirect);
   if (strcmp(wantBackend, "nccl") == 0 && !comm->ccl) {
     flagcxCommDestroy(comm);
     return kNcclMissing;

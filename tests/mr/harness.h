@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "flagcx.h"
 #include "tests/common/fork_safe.h"
 

@@ -454,60 +454,6 @@ TEST(UserAlgorithms, BrokenScriptFailsInit) {
 
 namespace {
 
-// FLAGCX_CLUSTER_SPLIT_LIST: clusters of consecutive ranks; more than one
-// makes the communicator heterogeneous, and the hierarchical allreduce
-// groups by cluster.
-TEST(Clusters, SplitListGroupsRanks) {
-  mr::Env env;
-  env.vars = {{"FLAGCX_CLUSTER_SPLIT_LIST", "2,2"}, {"FLAGCX_ALGO", "allreduce:hierarchical"},
-              {"FLAGCX_TIMEOUT", "30"}};
-  auto res = mr::run(4, [](int rank, int nranks, flagcxUniqueId *id) {
-    flagcxComm_t comm;
-    RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
-    RANK_CHECK(comm->nclusters == 2, "%d clusters", comm->nclusters);
-    for (int r = 0; r < nranks; r++)
-      RANK_CHECK(comm->clusterOf[static_cast<size_t>(r)] == r / 2, "rank %d in cluster %d", r,
-                 comm->clusterOf[static_cast<size_t>(r)]);
-    int homo = -1;
-    RANK_OK(flagcxIsHomoComm(comm, &homo));
-    RANK_CHECK(homo == 0 && !comm->homogeneous, "a split communicator reports homogeneous");
-    std::vector<float> in(10007), out(10007);
-    for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(rank + 1 + i % 3);
-    RANK_OK(flagcxAllReduce(in.data(), out.data(), in.size(), flagcxFloat, flagcxSum, comm, nullptr));
-    for (size_t i = 0; i < out.size(); i++)
-      RANK_CHECK(out[i] == static_cast<float>(10 + 4 * (i % 3)), "elem %zu = %g", i, out[i]);
-    RANK_OK(flagcxCommDestroy(comm));
-    return 0;
-  }, env, 120);
-  EXPECT_TRUE(res.allOk()) << res.describe();
-  unsetenv("FLAGCX_CLUSTER_SPLIT_LIST");
-  unsetenv("FLAGCX_ALGO");
-}
-
-// A list that does not add up, or that differs between ranks, fails the
-// init on every rank (no hang) with an error naming the variable.
-TEST(Clusters, BadSplitListFailsInitEverywhere) {
-  for (int variant = 0; variant < 2; variant++) {
-    mr::Env env;
-    env.vars = {{"FLAGCX_CLUSTER_SPLIT_LIST", "2,1"}, {"FLAGCX_TIMEOUT", "30"}};
-    auto res = mr::run(3, [variant](int rank, int nranks, flagcxUniqueId *id) {
-      if (variant == 1) {  // sizes fine on each rank, but rank 2 disagrees
-        setenv("FLAGCX_CLUSTER_SPLIT_LIST", rank == 2 ? "1,2" : "2,1", 1);
-        flagcx::paramsReload();
-      } else {
-        setenv("FLAGCX_CLUSTER_SPLIT_LIST", "2,2", 1);  // adds up to 4, not 3
-        flagcx::paramsReload();
-      }
-      flagcxComm_t comm = nullptr;
-      flagcxResult_t r = flagcxCommInitRank(&comm, nranks, id, rank);
-      RANK_CHECK(r == flagcxInvalidArgument, "init returned %s", flagcxGetErrorString(r));
-      std::string err = flagcxGetLastError(nullptr);
-      RANK_CHECK(err.find("FLAGCX_CLUSTER_SPLIT_LIST") != std::string::npos, "error: %s", err.c_str());
-      return 0;
-    }, env, 60);
-    EXPECT_TRUE(res.allOk()) << "variant " << variant << ": " << res.describe();
-  }
-  unsetenv("FLAGCX_CLUSTER_SPLIT_LIST");
-}
+// FLAGCX_CLUSTER_SPLIT_LIST: tests/mr/test_split_list.cc.
 
 }  // namespace

@@ -16,8 +16,8 @@
 #include <random>
 #include <thread>
 
-#include "core/bootstrap.h"
-#include "core/socket.h"
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/socket.h"
 #include "net/net.h"
 #include "net/socket/socket_transport.h"
 #include "tests/net/rank_harness.h"

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "tests/common/fork_safe.h"
 
 namespace nettest {

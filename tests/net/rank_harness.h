@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/bootstrap.h"
+#include "rendezvous/bootstrap.h"
 #include "flagcx.h"
 #include "net/net.h"
 

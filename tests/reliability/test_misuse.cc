@@ -72,7 +72,9 @@ std::vector<Case> commCases(flagcxComm_t c, flagcxResult_t want, const std::stri
   flagcxResult_t ae;
   uint64_t u = 0;
   size_t z = 0;
-  flagcxSymWindow_t win = nullptr;
+  flagcxWindow_t win = nullptr;
+  int zi = 0;
+  flagcxWaitSignalDesc_t wd{1, 0};
   return {
       {"CommFinalize", [=] { return flagcxCommFinalize(c); }, want, mention},
       {"CommDestroy", [=] { return flagcxCommDestroy(c); }, want, mention},
@@ -105,11 +107,11 @@ std::vector<Case> commCases(flagcxComm_t c, flagcxResult_t want, const std::stri
       {"OneSideStagingDeregister", [=] { return flagcxOneSideStagingDeregister(c); }, want, mention},
       {"Get", [=] { return flagcxGet(c, 0, 0, 0, 4, 0, 0); }, want, mention},
       {"Put", [=] { return flagcxPut(c, 0, 0, 0, 4, 0, 0); }, want, mention},
-      {"BatchPut", [=] { return flagcxBatchPut(c, 0, 1, &z, &z, &z, 0, 0); }, want, mention},
-      {"PutSignal", [=] { return flagcxPutSignal(c, 0, 0, 0, 4, 0, 0, 0, 1); }, want, mention},
+      {"BatchPut", [=] { return flagcxBatchPut(c, 0, &z, &z, &z, &zi, &zi, 1); }, want, mention},
+      {"PutSignal", [=] { return flagcxPutSignal(a, 1, flagcxFloat, 0, win, 0, 0, c, nullptr); }, want, mention},
       {"PutValue", [=] { return flagcxPutValue(c, 0, 1, 0, 0); }, want, mention},
-      {"Signal", [=] { return flagcxSignal(c, 0, 0, 1); }, want, mention},
-      {"WaitSignal", [=] { return flagcxWaitSignal(c, 0, 0, 1, nullptr); }, want, mention},
+      {"Signal", [=] { return flagcxSignal(0, 0, c, nullptr); }, want, mention},
+      {"WaitSignal", [=] { return flagcxWaitSignal(1, &wd, c, nullptr); }, want, mention},
       {"ReadCounter", [=]() mutable { return flagcxReadCounter(c, &u); }, want, mention},
       {"WaitCounter", [=] { return flagcxWaitCounter(c, 1); }, want, mention},
       {"GroupStart", [=] { return flagcxGroupStart(c); }, want, mention},
@@ -158,6 +160,8 @@ TEST_F(Misuse, NullOutputPointers) {
       {"HandleInit(NULL)", [] { return flagcxHandleInit(nullptr); }, flagcxInvalidArgument, "handler"},
       {"HandleFree(NULL)", [] { return flagcxHandleFree(nullptr); }, flagcxInvalidArgument, "handler"},
       {"MemAlloc(NULL)", [] { return flagcxMemAlloc(nullptr, 64); }, flagcxInvalidArgument, "ptr"},
+      {"MemAlloc(allocator 7)", [] { void *p; return flagcxMemAlloc(&p, 64, static_cast<flagcxMemAllocator_t>(7)); }, flagcxInvalidArgument, "allocator"},
+      {"CommRegister(allocator 7)", [&] { void *h; return flagcxCommRegister(comm, a.data(), 64, &h, static_cast<flagcxMemAllocator_t>(7)); }, flagcxInvalidArgument, "allocator"},
       {"CommGetAsyncError(NULL)", [&] { return flagcxCommGetAsyncError(comm, nullptr); }, flagcxInvalidArgument, "asyncError"},
       {"CommCount(NULL)", [&] { return flagcxCommCount(comm, nullptr); }, flagcxInvalidArgument, "count"},
       {"CommUserRank(NULL)", [&] { return flagcxCommUserRank(comm, nullptr); }, flagcxInvalidArgument, "rank"},

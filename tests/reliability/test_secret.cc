@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "../mr/harness.h"
-#include "core/socket.h"
-#include "core/uniqueid.h"
+#include "rendezvous/socket.h"
+#include "rendezvous/uniqueid.h"
 #include "rel_util.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "flagcx_paths.h"
 #include "sched/algo_set.h"
 #include "sched/registry.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "adapters/device/adapter.h"
-#include "core/params.h"
+#include "base/params.h"
 #include "flagcx.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 using namespace flagcx;
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "sched/ir_names.h"
 #include "sched/registry.h"
 #include "sched/script.h"

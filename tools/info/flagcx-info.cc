@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "core/flight.h"
-#include "core/params.h"
-#include "core/socket.h"
+#include "exec/flight.h"
+#include "base/params.h"
+#include "rendezvous/socket.h"
 #include "flagcx.h"
 
 using namespace flagcx;
@@ -21,7 +21,8 @@ static void printEnv() {
     Param p = static_cast<Param>(i);
     const ParamInfo &pi = paramInfo(p);
     std::string val = paramIsSet(p) ? paramStr(p) : "(default)";
-    printf("%-32s %-16s %-16s %s\n", pi.name, val.c_str(), *pi.def ? pi.def : "\"\"", pi.doc);
+    const char *def = strcmp(pi.kind, "Ack") == 0 ? "(no effect)" : *pi.def ? pi.def : "\"\"";
+    printf("%-32s %-16s %-16s %s\n", pi.name, val.c_str(), def, pi.doc);
   }
   std::string unknown = paramsUnknownNames();
   if (!unknown.empty()) printf("\nunknown FLAGCX_* variables set (ignored): %s\n", unknown.c_str());
@@ -30,7 +31,7 @@ static void printEnv() {
 static void printInfo() {
   int v = 0;
   flagcxGetVersion(&v);
-  printf("flagcx %d.%d.%d\n", v / 10000, (v / 100) % 100, v % 100);
+  printf("flagcx, FlagCX API %d.%d.%d (README, \"Versions\")\n", v / 10000, (v / 100) % 100, v % 100);
   DeviceAdapter *dev = selectedAdapter();
   printf("device adapter : %s (FLAGCX_DEVICE=%s)\n", dev ? dev->name() : "none",
          paramStr(Param::DEVICE).c_str());

@@ -8,12 +8,13 @@
 //   loaded everywhere, and no two ranks drive the same GPU (NCCL refuses
 //   that; such communicators stay on the flagcx engine).
 // - Creation: rank 0's ncclGetUniqueId travels over the flagcx bootstrap
-//   (comm->bs->bcast), then ncclCommInitRank on the calling thread's device.
+//   (the bootstrap's bcast), then ncclCommInitRank on the calling thread's device.
 // - Streams: a flagcxStream_t of the CUDA adapter carries its cudaStream_t;
 //   NULL is the legacy default stream, and a call on it outside a group waits
 //   for completion (a NULL stream means "now" throughout flagcx).
-// - Gather, Scatter, AlltoAll and AlltoAllv are grouped ncclSend/ncclRecv
-//   (the rank's own block is a device copy on the same stream); Barrier is a
+// - Gather, Scatter and AlltoAll call NCCL's own when it has them (2.28+);
+//   otherwise they, and AlltoAllv, are grouped ncclSend/ncclRecv (the rank's
+//   own block is a device copy on the same stream); Barrier is a
 //   one-element allreduce on a small device buffer.
 #include <dlfcn.h>
 #include <nccl.h>
@@ -24,13 +25,12 @@
 
 #include "adapters/ccl/ccl.h"
 #include "adapters/device/cuda/cuda_internal.h"
-#include "core/comm.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "rendezvous/bootstrap.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 
-DeviceAdapter *cudaAdapter();
 
 namespace {
 
@@ -55,6 +55,10 @@ struct Nccl {
   NCCL_FN(ncclRecv);
   NCCL_FN(ncclGroupStart);
   NCCL_FN(ncclGroupEnd);
+  // Optional (NCCL 2.28+): native gather/scatter/alltoall, used when present.
+  NCCL_FN(ncclGather);
+  NCCL_FN(ncclScatter);
+  NCCL_FN(ncclAlltoAll);
 #undef NCCL_FN
 };
 
@@ -65,10 +69,29 @@ Nccl *loadNccl() {
   static std::once_flag once;
   std::call_once(once, [] {
     const std::string &path = paramStr(Param::NCCL_LIB);
-    n.lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // flagcx's NCCL drop-in (plugins/nccl) is a libnccl.so.2 too, marked by
+    // the symbol flagcxNcclDropin.  When it is in the process (LD_PRELOAD, or
+    // an application linked to it), dlopen by name returns it, and passing
+    // through to it would recurse: only a path to another file can name the
+    // real NCCL.  That one is loaded with RTLD_DEEPBIND because NCCL calls its
+    // own exported functions through the PLT (ncclBroadcast, ncclMemFree, …),
+    // which would otherwise bind to the drop-in's.
+    const char *kMarker = "flagcxNcclDropin";
+    int flags = RTLD_NOW | RTLD_LOCAL;
+    if (dlsym(RTLD_DEFAULT, kMarker)) flags |= RTLD_DEEPBIND;
+    n.lib = dlopen(path.c_str(), flags);
     if (!n.lib) {
       const char *e = dlerror();
       n.error = "dlopen(" + path + "): " + (e ? e : "unknown error");
+      g_loadError = n.error;
+      return;
+    }
+    if (dlsym(n.lib, kMarker)) {
+      // Not closed: the drop-in stays loaded for the application anyway.
+      n.lib = nullptr;
+      n.error = "FLAGCX_NCCL_LIB=" + path +
+                " is flagcx's NCCL drop-in, not NCCL (would recurse); set FLAGCX_NCCL_LIB to "
+                "the path of NVIDIA's libnccl.so.2 to use NCCL under the drop-in";
       g_loadError = n.error;
       return;
     }
@@ -98,6 +121,9 @@ Nccl *loadNccl() {
     NCCL_SYM(ncclGroupStart);
     NCCL_SYM(ncclGroupEnd);
 #undef NCCL_SYM
+    n.ncclGather = reinterpret_cast<decltype(n.ncclGather)>(dlsym(n.lib, "ncclGather"));
+    n.ncclScatter = reinterpret_cast<decltype(n.ncclScatter)>(dlsym(n.lib, "ncclScatter"));
+    n.ncclAlltoAll = reinterpret_cast<decltype(n.ncclAlltoAll)>(dlsym(n.lib, "ncclAlltoAll"));
     if (!ok) {
       n.error = path + ": " + n.error;
       dlclose(n.lib);
@@ -166,8 +192,8 @@ thread_local int t_vendorGroups = 0;
 
 class NcclCcl final : public CclAdapter {
  public:
-  NcclCcl(Nccl *n, flagcxComm *comm, ncclComm_t nc, void *barrierBuf)
-      : n_(n), comm_(comm), nc_(nc), barrierBuf_(barrierBuf) {}
+  NcclCcl(Nccl *n, int rank, int nranks, ncclComm_t nc, void *barrierBuf)
+      : n_(n), rank_(rank), nranks_(nranks), nc_(nc), barrierBuf_(barrierBuf) {}
   const char *name() const override { return "nccl"; }
 
   flagcxResult_t coll(const CollArgs &a, flagcxStream_t stream) override {
@@ -180,7 +206,7 @@ class NcclCcl final : public CclAdapter {
     if (opReduces(a.op) && !mapOp(a.redop, &op))
       return argError(flagcxInvalidArgument, kColl, "nccl: invalid reduction op %d", static_cast<int>(a.redop));
     const size_t ts = getFlagcxDataTypeSize(a.dtype);
-    const int me = comm_->rank, n = comm_->nranks;
+    const int me = rank_, n = nranks_;
     const char *snd = static_cast<const char *>(a.send);
     char *rcv = static_cast<char *>(a.recv);
     ncclResult_t r = ncclSuccess;
@@ -204,6 +230,10 @@ class NcclCcl final : public CclAdapter {
         r = n_->ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclInt32, ncclSum, nc_, s);
         break;
       case OpKind::Gather: {
+        if (n_->ncclGather) {
+          r = n_->ncclGather(a.send, a.recv, a.count, dt, a.root, nc_, s);
+          break;
+        }
         const size_t blk = a.count * ts;
         FLAGCX_CHECK(groupStart());
         if (me == a.root) {
@@ -218,6 +248,10 @@ class NcclCcl final : public CclAdapter {
         break;
       }
       case OpKind::Scatter: {
+        if (n_->ncclScatter) {
+          r = n_->ncclScatter(a.send, a.recv, a.count, dt, a.root, nc_, s);
+          break;
+        }
         const size_t blk = a.count * ts;
         FLAGCX_CHECK(groupStart());
         if (me == a.root) {
@@ -232,6 +266,10 @@ class NcclCcl final : public CclAdapter {
         break;
       }
       case OpKind::AlltoAll: {
+        if (n_->ncclAlltoAll) {
+          r = n_->ncclAlltoAll(a.send, a.recv, a.count, dt, nc_, s);
+          break;
+        }
         const size_t blk = a.count * ts;
         FLAGCX_CHECK(groupStart());
         for (int p = 0; p < n && r == ncclSuccess; p++) {
@@ -336,7 +374,7 @@ class NcclCcl final : public CclAdapter {
   }
   flagcxResult_t finish(ncclResult_t r, const char *what, flagcxStream_t stream, cudaStream_t s) {
     if (r != ncclSuccess && r != ncclInProgress)
-      return argError(toFlagcx(r), kColl, "rank %d: nccl %s failed: %s", comm_->rank, what,
+      return argError(toFlagcx(r), kColl, "rank %d: nccl %s failed: %s", rank_, what,
                       n_->ncclGetErrorString(r));
     if (!stream && t_vendorGroups == 0) {
       cudaError_t e = cudaStreamSynchronize(s);
@@ -346,7 +384,7 @@ class NcclCcl final : public CclAdapter {
   }
 
   Nccl *n_;
-  flagcxComm *comm_;
+  int rank_, nranks_;
   ncclComm_t nc_;
   void *barrierBuf_;
 };
@@ -360,13 +398,13 @@ struct Vote {
 
 }  // namespace
 
-flagcxResult_t makeVendorCcl(flagcxComm *comm, std::unique_ptr<CclAdapter> *out) {
+flagcxResult_t makeVendorCcl(const CclContext &ctx, std::unique_ptr<CclAdapter> *out) {
   out->reset();
   DeviceAdapter *cuda = cudaAdapter();
-  bool isCuda = cuda && comm->dev == cuda;
+  bool isCuda = cuda && ctx.dev == cuda;
   // Only communicators that could use NCCL vote; the answer of homogeneous
   // and device kind is the same on every rank, so the others skip the vote.
-  if (!isCuda || !comm->homogeneous) return flagcxSuccess;
+  if (!isCuda || !ctx.homogeneous) return flagcxSuccess;
   Vote mine{};
   std::string why;
   Nccl *n = nullptr;
@@ -382,10 +420,10 @@ flagcxResult_t makeVendorCcl(flagcxComm *comm, std::unique_ptr<CclAdapter> *out)
     else
       cudaGetLastError();
   }
-  std::vector<Vote> votes(static_cast<size_t>(comm->nranks));
-  votes[static_cast<size_t>(comm->rank)] = mine;
-  FLAGCX_CHECK(comm->bs->allgather(votes.data(), sizeof(Vote)));
-  for (int r = 0; r < comm->nranks && why.empty(); r++) {
+  std::vector<Vote> votes(static_cast<size_t>(ctx.nranks));
+  votes[static_cast<size_t>(ctx.rank)] = mine;
+  FLAGCX_CHECK(ctx.bs->allgather(votes.data(), sizeof(Vote)));
+  for (int r = 0; r < ctx.nranks && why.empty(); r++) {
     const Vote &v = votes[static_cast<size_t>(r)];
     if (!v.ok) why = "rank " + std::to_string(r) + " cannot use NCCL";
     for (int q = 0; q < r && why.empty(); q++)
@@ -394,22 +432,22 @@ flagcxResult_t makeVendorCcl(flagcxComm *comm, std::unique_ptr<CclAdapter> *out)
               " share one GPU (NCCL needs one GPU per rank)";
   }
   if (!why.empty()) {
-    INFO(kInit, "rank %d: the flagcx engine runs this communicator (not NCCL): %s", comm->rank,
+    INFO(kInit, "rank %d: the flagcx engine runs this communicator (not NCCL): %s", ctx.rank,
          why.c_str());
     return flagcxSuccess;
   }
 
   ncclUniqueId id{};
-  if (comm->rank == 0) {
+  if (ctx.rank == 0) {
     ncclResult_t r = n->ncclGetUniqueId(&id);
     if (r != ncclSuccess)
       return argError(toFlagcx(r), kInit, "nccl: ncclGetUniqueId failed: %s", n->ncclGetErrorString(r));
   }
-  FLAGCX_CHECK(comm->bs->bcast(&id, sizeof(id), 0));
+  FLAGCX_CHECK(ctx.bs->bcast(&id, sizeof(id), 0));
   ncclComm_t nc = nullptr;
-  ncclResult_t r = n->ncclCommInitRank(&nc, comm->nranks, id, comm->rank);
+  ncclResult_t r = n->ncclCommInitRank(&nc, ctx.nranks, id, ctx.rank);
   if (r != ncclSuccess)
-    return argError(toFlagcx(r), kInit, "rank %d: ncclCommInitRank failed: %s", comm->rank,
+    return argError(toFlagcx(r), kInit, "rank %d: ncclCommInitRank failed: %s", ctx.rank,
                     n->ncclGetErrorString(r));
   void *barrierBuf = nullptr;
   cudaStream_t is = cuda::internalStream(cuda::currentDevice());
@@ -421,8 +459,8 @@ flagcxResult_t makeVendorCcl(flagcxComm *comm, std::unique_ptr<CclAdapter> *out)
     return cuda::cudaFail("barrier buffer for nccl", ce);
   }
   g_active.store(n);
-  *out = std::make_unique<NcclCcl>(n, comm, nc, barrierBuf);
-  INFO(kInit, "rank %d: collectives pass through to NCCL %d", comm->rank, n->version);
+  *out = std::make_unique<NcclCcl>(n, ctx.rank, ctx.nranks, nc, barrierBuf);
+  INFO(kInit, "rank %d: collectives pass through to NCCL %d", ctx.rank, n->version);
   return flagcxSuccess;
 }
 

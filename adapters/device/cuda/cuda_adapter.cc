@@ -1,7 +1,7 @@
 // The CUDA device adapter: the flagcxDeviceHandle table on the CUDA runtime,
 // the DeviceAdapter object (reduce/divide/copy kernels, stream-ordered host
-// tasks), and cudaAdapter(), which the host adapter's FLAGCX_DEVICE choice
-// calls (it is a weak symbol there; this is its definition).
+// tasks), and cudaAdapter(), which the FLAGCX_DEVICE choice
+// (adapters/device/select.cc) calls in builds that have CUDA.
 //
 // Notes for users of the table:
 //  - getVendor writes "NVIDIA"; the device is the calling thread's current one;
@@ -25,6 +25,7 @@
 #include <string>
 
 #include "adapters/device/adapter.h"
+#include "adapters/device/handle_checks.h"
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 
@@ -49,12 +50,7 @@ flagcxResult_t dDeviceSynchronize() {
 
 flagcxResult_t dDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType_t type,
                              flagcxStream_t stream) {
-  if (size && (!dst || !src))
-    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: %s is NULL", dst ? "src" : "dst");
-  if (type != flagcxMemcpyHostToDevice && type != flagcxMemcpyDeviceToHost &&
-      type != flagcxMemcpyDeviceToDevice)
-    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: invalid copy type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkMemcpyArgs(dst, src, size, type));
   if (size == 0) return flagcxSuccess;
   if (!stream) {
     FLAGCX_CUDA_TRY("cudaMemcpy", cudaMemcpy(dst, src, size, cudaMemcpyDefault));
@@ -67,7 +63,7 @@ flagcxResult_t dDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType
 
 flagcxResult_t dDeviceMemset(void *ptr, int value, size_t size, flagcxMemType_t type,
                              flagcxStream_t stream) {
-  if (size && !ptr) return argError(flagcxInvalidArgument, kInit, "deviceMemset: ptr is NULL");
+  FLAGCX_CHECK(checkMemsetArgs(ptr, size));
   if (size == 0) return flagcxSuccess;
   if (!stream) {
     if (type == flagcxMemHost || where(ptr) == Where::HostPageable) {
@@ -88,26 +84,49 @@ flagcxResult_t dSetDevice(int dev) {
 }
 
 flagcxResult_t dGetDevice(int *dev) {
-  if (!dev) return argError(flagcxInvalidArgument, kInit, "getDevice: dev is NULL");
+  FLAGCX_CHECK(checkOutArg("getDevice", "dev", dev));
   FLAGCX_CUDA_TRY("cudaGetDevice", cudaGetDevice(dev));
   return flagcxSuccess;
 }
 
 flagcxResult_t dGetDeviceCount(int *count) {
-  if (!count) return argError(flagcxInvalidArgument, kInit, "getDeviceCount: count is NULL");
+  FLAGCX_CHECK(checkOutArg("getDeviceCount", "count", count));
   FLAGCX_CUDA_TRY("cudaGetDeviceCount", cudaGetDeviceCount(count));
   return flagcxSuccess;
 }
 
 flagcxResult_t dGetVendor(char *vendor) {
-  if (!vendor) return argError(flagcxInvalidArgument, kInit, "getVendor: vendor is NULL");
+  FLAGCX_CHECK(checkOutArg("getVendor", "vendor", vendor));
   memcpy(vendor, "NVIDIA", 7);
   return flagcxSuccess;
 }
 
 flagcxResult_t dHostGetDevicePointer(void **pDevice, void *pHost) {
-  if (!pDevice) return argError(flagcxInvalidArgument, kInit, "hostGetDevicePointer: pDevice is NULL");
+  FLAGCX_CHECK(checkOutArg("hostGetDevicePointer", "pDevice", pDevice));
   FLAGCX_CUDA_TRY("cudaHostGetDevicePointer", cudaHostGetDevicePointer(pDevice, pHost, 0));
+  return flagcxSuccess;
+}
+
+// cudaEventElapsedTime; flagcxInProgress while either event is pending (CUDA
+// says cudaErrorNotReady, which is no failure), flagcxInvalidUsage for an
+// event made with flagcxEventDisableTiming.
+flagcxResult_t dEventElapsedTime(float *ms, flagcxEvent_t start, flagcxEvent_t end) {
+  FLAGCX_CHECK(checkElapsedArgs(ms, start, end));
+  for (flagcxEvent_t e : {start, end}) {
+    if (!isLive(asEvent(e)))
+      return argError(flagcxInvalidArgument, kInit,
+                      "eventElapsedTime: event %p is not a live CUDA event", static_cast<void *>(e));
+    if (!asEvent(e)->timing)
+      return argError(flagcxInvalidUsage, kInit,
+                      "eventElapsedTime: event %p was created with flagcxEventDisableTiming",
+                      static_cast<void *>(e));
+  }
+  cudaError_t r = cudaEventElapsedTime(ms, asEvent(start)->ev, asEvent(end)->ev);
+  if (r == cudaErrorNotReady) {
+    cudaGetLastError();
+    return flagcxInProgress;
+  }
+  if (r != cudaSuccess) return cudaFail("cudaEventElapsedTime", r);
   return flagcxSuccess;
 }
 
@@ -116,21 +135,9 @@ flagcxDeviceHandle g_table = {
     dSetDevice,         dGetDevice,       dGetDeviceCount, dGetVendor,        dHostGetDevicePointer,
     streamCreate,       streamDestroy,    streamCopy,      streamFree,        streamSynchronize,
     streamQuery,        streamWaitEvent,  eventCreate,     eventDestroy,      eventRecord,
-    eventSynchronize,   eventQuery,       ipcCreate,       ipcGet,            ipcOpen,
-    ipcClose,           ipcFree,
+    eventSynchronize,   eventQuery,       dEventElapsedTime, ipcCreate,       ipcGet,
+    ipcOpen,            ipcClose,         ipcFree,
 };
-
-bool validReduceArgs(const char *fn, flagcxDataType_t dtype, flagcxRedOp_t op, flagcxResult_t *r) {
-  if (static_cast<unsigned>(dtype) >= flagcxNumTypes) {
-    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid datatype %d", fn, static_cast<int>(dtype));
-    return false;
-  }
-  if (static_cast<unsigned>(op) >= flagcxRedNoOp) {
-    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid reduction op %d", fn, static_cast<int>(op));
-    return false;
-  }
-  return true;
-}
 
 // Device temporaries for the pageable operands of a "now" kernel: each
 // distinct pageable pointer gets one buffer (dst aliasing a source shares it).
@@ -180,12 +187,12 @@ class Staging {
 class CudaAdapter final : public DeviceAdapter {
  public:
   const char *name() const override { return "cuda"; }
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
   flagcxDeviceHandle *handle() override { return &g_table; }
 
   flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,
                         flagcxDataType_t dtype, flagcxRedOp_t op, flagcxStream_t stream) override {
-    flagcxResult_t r;
-    if (!validReduceArgs("reduce", dtype, op, &r)) return r;
+    FLAGCX_CHECK(checkReduceArgs("reduce", dtype, op));
     if (count == 0) return flagcxSuccess;
     if (!dst || !a || !b)
       return argError(flagcxInvalidArgument, kColl, "reduce: NULL buffer (dst=%p a=%p b=%p)", dst, a, b);
@@ -216,8 +223,7 @@ class CudaAdapter final : public DeviceAdapter {
 
   flagcxResult_t divide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                         uint64_t divisor, flagcxStream_t stream) override {
-    flagcxResult_t r;
-    if (!validReduceArgs("divide", dtype, flagcxSum, &r)) return r;
+    FLAGCX_CHECK(checkReduceArgs("divide", dtype, flagcxSum));
     if (divisor == 0) return argError(flagcxInvalidArgument, kColl, "divide: divisor is 0");
     if (count == 0) return flagcxSuccess;
     if (!dst || !src)
@@ -267,6 +273,7 @@ class CudaAdapter final : public DeviceAdapter {
   flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) override {
     return enqueueTask(stream, task);
   }
+  void releaseLane(const void *lane) override { cuda::releaseLane(lane); }
 
   // Direct mode (CUDA IPC between processes of one host).
   bool ipcSupported() override { return driver().memGetAddressRange != nullptr; }

@@ -14,7 +14,7 @@
 #include <mutex>
 
 #include "adapters/device/adapter.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace flagcx::cuda {
 
@@ -103,6 +103,7 @@ void forceWaitMode(WaitMode m);
 // The mechanism in use ("stream-wait-value" or "host-func"), probing if needed.
 const char *waitModeName();
 flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task);
+void releaseLane(const void *lane);  // joins the lane's progress thread
 
 // Streams and events of the device table (cuda_stream.cc).
 flagcxResult_t streamCreate(flagcxStream_t *stream);

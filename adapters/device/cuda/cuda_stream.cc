@@ -33,19 +33,23 @@
 // needs may be held meanwhile (the wrapper's lifetime is reference-counted,
 // lock-free, for that reason).
 //
-// Limits: one progress thread runs tasks in enqueue order across all
-// streams, so a task waits for every task enqueued before it (fine for one
-// communicator; two communicators used in opposite orders on two ranks can
-// deadlock, as they can with NCCL).  Streams under CUDA graph capture are
+// Lanes: one progress thread per lane (StreamTask::lane; the executor uses
+// one per communicator) runs that lane's tasks in enqueue order across all
+// streams, so a task waits for every task of its lane enqueued before it.
+// Ranks that share a process have their own lanes and never queue behind
+// each other.  Streams under CUDA graph capture are
 // refused with flagcxInvalidUsage: a captured wait on a host word would be
 // replayed without the host task behind it.
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <thread>
+#include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "adapters/device/handle_checks.h"
 #include "cuda_internal.h"
 
 namespace flagcx::cuda {
@@ -241,9 +245,20 @@ class Progress {
   std::thread th_;
 };
 
-Progress &progress() {
-  static Progress p;
-  return p;
+// One progress thread per lane (see StreamTask::lane), made on first use.
+std::mutex g_lanesMu;
+std::unordered_map<const void *, std::unique_ptr<Progress>> *g_lanes =
+    new std::unordered_map<const void *, std::unique_ptr<Progress>>();  // never freed: threads
+
+Progress &progress(const void *lane) {
+  if (!lane) {
+    static Progress p;
+    return p;
+  }
+  std::lock_guard<std::mutex> g(g_lanesMu);
+  auto &slot = (*g_lanes)[lane];
+  if (!slot) slot = std::make_unique<Progress>();
+  return *slot;
 }
 
 // Runs on CUDA's callback thread when the stream reaches the task.
@@ -395,7 +410,7 @@ flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task) {
   Stream *s = asStream(stream);
   FLAGCX_CHECK(refuseCapture("enqueue", s->native));
   WaitMode m = mode();
-  Progress &pg = progress();
+  Progress &pg = progress(task.lane);
   Item it{};
   it.s = s;
   it.task = task;
@@ -435,6 +450,19 @@ flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task) {
   s->refs.fetch_add(1, std::memory_order_acq_rel);
   pg.push(it);
   return flagcxSuccess;
+}
+
+void releaseLane(const void *lane) {
+  if (!lane) return;
+  std::unique_ptr<Progress> p;
+  {
+    std::lock_guard<std::mutex> g(g_lanesMu);
+    auto it = g_lanes->find(lane);
+    if (it == g_lanes->end()) return;
+    p = std::move(it->second);
+    g_lanes->erase(it);
+  }
+  // ~Progress lets the thread finish its queue (empty by contract) and joins it.
 }
 
 // ---- streams ----
@@ -505,10 +533,7 @@ flagcxResult_t streamWaitEvent(flagcxStream_t stream, flagcxEvent_t event) {
 // ---- events ----
 
 flagcxResult_t eventCreate(flagcxEvent_t *event, flagcxEventType_t type) {
-  if (!event) return argError(flagcxInvalidArgument, kInit, "eventCreate: event is NULL");
-  if (type != flagcxEventDefault && type != flagcxEventDisableTiming)
-    return argError(flagcxInvalidArgument, kInit, "eventCreate: invalid event type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkEventCreateArgs(event, type));
   auto *e = new (std::nothrow) Event();
   if (!e) return argError(flagcxSystemError, kInit, "eventCreate: out of memory");
   e->timing = type == flagcxEventDefault;

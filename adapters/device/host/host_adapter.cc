@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "adapters/device/handle_checks.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "host_memory.h"
 #include "host_stream.h"
 
@@ -28,7 +29,6 @@ namespace flagcx {
 
 // Defined by the CUDA adapter when it is built; returns nullptr when no GPU
 // is usable.  Weak, so that a build without it links and sees nullptr.
-DeviceAdapter *cudaAdapter() __attribute__((weak));
 
 namespace {
 
@@ -76,12 +76,7 @@ flagcxResult_t hDeviceSynchronize() {
 
 flagcxResult_t hDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType_t type,
                              flagcxStream_t stream) {
-  if (size && (!dst || !src))
-    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: %s is NULL", dst ? "src" : "dst");
-  if (type != flagcxMemcpyHostToDevice && type != flagcxMemcpyDeviceToHost &&
-      type != flagcxMemcpyDeviceToDevice)
-    return argError(flagcxInvalidArgument, kInit, "deviceMemcpy: invalid copy type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkMemcpyArgs(dst, src, size, type));
   Entry e{};
   e.kind = Entry::Copy;
   e.copy = {dst, src, size};
@@ -90,7 +85,7 @@ flagcxResult_t hDeviceMemcpy(void *dst, void *src, size_t size, flagcxMemcpyType
 
 flagcxResult_t hDeviceMemset(void *ptr, int value, size_t size, flagcxMemType_t type,
                              flagcxStream_t stream) {
-  if (size && !ptr) return argError(flagcxInvalidArgument, kInit, "deviceMemset: ptr is NULL");
+  FLAGCX_CHECK(checkMemsetArgs(ptr, size));
   Entry e{};
   e.kind = Entry::Set;
   e.set.dst = ptr;
@@ -127,25 +122,25 @@ flagcxResult_t hSetDevice(int dev) {
 }
 
 flagcxResult_t hGetDevice(int *dev) {
-  if (!dev) return argError(flagcxInvalidArgument, kInit, "getDevice: dev is NULL");
+  FLAGCX_CHECK(checkOutArg("getDevice", "dev", dev));
   *dev = 0;
   return flagcxSuccess;
 }
 
 flagcxResult_t hGetDeviceCount(int *count) {
-  if (!count) return argError(flagcxInvalidArgument, kInit, "getDeviceCount: count is NULL");
+  FLAGCX_CHECK(checkOutArg("getDeviceCount", "count", count));
   *count = 1;
   return flagcxSuccess;
 }
 
 flagcxResult_t hGetVendor(char *vendor) {
-  if (!vendor) return argError(flagcxInvalidArgument, kInit, "getVendor: vendor is NULL");
+  FLAGCX_CHECK(checkOutArg("getVendor", "vendor", vendor));
   memcpy(vendor, "host", 5);
   return flagcxSuccess;
 }
 
 flagcxResult_t hHostGetDevicePointer(void **pDevice, void *pHost) {
-  if (!pDevice) return argError(flagcxInvalidArgument, kInit, "hostGetDevicePointer: pDevice is NULL");
+  FLAGCX_CHECK(checkOutArg("hostGetDevicePointer", "pDevice", pDevice));
   *pDevice = pHost;
   return flagcxSuccess;
 }
@@ -211,10 +206,7 @@ flagcxResult_t hStreamWaitEvent(flagcxStream_t stream, flagcxEvent_t event) {
 }
 
 flagcxResult_t hEventCreate(flagcxEvent_t *event, flagcxEventType_t type) {
-  if (!event) return argError(flagcxInvalidArgument, kInit, "eventCreate: event is NULL");
-  if (type != flagcxEventDefault && type != flagcxEventDisableTiming)
-    return argError(flagcxInvalidArgument, kInit, "eventCreate: invalid event type %d",
-                    static_cast<int>(type));
+  FLAGCX_CHECK(checkEventCreateArgs(event, type));
   return host::eventCreate(event, type == flagcxEventDefault);
 }
 
@@ -240,6 +232,14 @@ flagcxResult_t hEventQuery(flagcxEvent_t event) {
   return host::eventQuery(event);
 }
 
+// As cudaEventElapsedTime: flagcxInProgress while either event is pending.
+flagcxResult_t hEventElapsedTime(float *ms, flagcxEvent_t start, flagcxEvent_t end) {
+  FLAGCX_CHECK(checkElapsedArgs(ms, start, end));
+  CHECK_EVENT("eventElapsedTime", start);
+  CHECK_EVENT("eventElapsedTime", end);
+  return hostEventElapsedMs(start, end, ms);
+}
+
 flagcxResult_t hIpcFree(flagcxIpcMemHandle_t handle) {
   if (!handle) return flagcxSuccess;
   return host::ipcFree(handle);
@@ -251,32 +251,21 @@ flagcxDeviceHandle g_table = {
     hGetVendor,         hHostGetDevicePointer,                 hStreamCreate,
     hStreamDestroy,     hStreamCopy,       hStreamFree,        hStreamSynchronize,
     hStreamQuery,       hStreamWaitEvent,  hEventCreate,       hEventDestroy,
-    hEventRecord,       hEventSynchronize, hEventQuery,        host::ipcCreate,
-    host::ipcGet,       host::ipcOpen,     host::ipcClose,     hIpcFree,
+    hEventRecord,       hEventSynchronize, hEventQuery,        hEventElapsedTime,
+    host::ipcCreate,    host::ipcGet,      host::ipcOpen,      host::ipcClose,
+    hIpcFree,
 };
-
-bool validReduceArgs(const char *fn, flagcxDataType_t dtype, flagcxRedOp_t op, flagcxResult_t *r) {
-  if (static_cast<unsigned>(dtype) >= flagcxNumTypes) {
-    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid datatype %d", fn, static_cast<int>(dtype));
-    return false;
-  }
-  if (static_cast<unsigned>(op) >= flagcxRedNoOp) {
-    *r = argError(flagcxInvalidArgument, kColl, "%s: invalid reduction op %d", fn, static_cast<int>(op));
-    return false;
-  }
-  return true;
-}
 
 class HostAdapter final : public DeviceAdapter {
  public:
   const char *name() const override { return "host"; }
+  DeviceKind kind() const override { return DeviceKind::Host; }
   flagcxDeviceHandle *handle() override { return &g_table; }
 
   flagcxResult_t reduce(void *dst, const void *a, const void *b, size_t count,
                         flagcxDataType_t dtype, flagcxRedOp_t op, flagcxStream_t stream) override {
     if (!stream) return hostReduce(dst, a, b, count, dtype, op);
-    flagcxResult_t r;
-    if (!validReduceArgs("reduce", dtype, op, &r)) return r;
+    FLAGCX_CHECK(checkReduceArgs("reduce", dtype, op));
     CHECK_STREAM("reduce", stream);
     Entry e{};
     e.kind = Entry::Reduce;
@@ -287,8 +276,7 @@ class HostAdapter final : public DeviceAdapter {
   flagcxResult_t divide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                         uint64_t divisor, flagcxStream_t stream) override {
     if (!stream) return hostDivide(dst, src, count, dtype, divisor);
-    flagcxResult_t r;
-    if (!validReduceArgs("divide", dtype, flagcxSum, &r)) return r;
+    FLAGCX_CHECK(checkReduceArgs("divide", dtype, flagcxSum));
     if (divisor == 0) return argError(flagcxInvalidArgument, kColl, "divide: divisor is 0");
     CHECK_STREAM("divide", stream);
     Entry e{};
@@ -313,46 +301,11 @@ class HostAdapter final : public DeviceAdapter {
   }
 };
 
-std::string lower(std::string s) {
-  for (auto &c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 DeviceAdapter *hostAdapter() {
   static HostAdapter adapter;
   return &adapter;
-}
-
-// FLAGCX_DEVICE: auto (CUDA when a CUDA adapter is built and a GPU is usable,
-// else host), host, or cuda.  nullptr when the choice cannot be honoured
-// (cuda without a usable CUDA adapter, or an unknown value): the reason is
-// logged here and recorded as the last error; the caller returns
-// flagcxInvalidUsage.
-DeviceAdapter *selectedAdapter() {
-  std::string v = lower(paramStr(Param::DEVICE));
-  if (v.empty() || v == "auto") {
-    if (cudaAdapter) {
-      if (DeviceAdapter *c = cudaAdapter()) return c;
-    }
-    return hostAdapter();
-  }
-  if (v == "host") return hostAdapter();
-  if (v == "cuda") {
-    if (cudaAdapter) {
-      if (DeviceAdapter *c = cudaAdapter()) return c;
-      (void)argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=cuda but no CUDA device is usable");
-      return nullptr;
-    }
-    (void)argError(flagcxInvalidUsage, kInit,
-                   "FLAGCX_DEVICE=cuda but this build of flagcx has no CUDA adapter "
-                   "(use FLAGCX_DEVICE=host or auto)");
-    return nullptr;
-  }
-  (void)argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=%s is not one of auto, host, cuda",
-                 paramStr(Param::DEVICE).c_str());
-  return nullptr;
 }
 
 }  // namespace flagcx

@@ -23,7 +23,7 @@
 #include <map>
 #include <mutex>
 
-#include "core/log.h"
+#include "base/log.h"
 
 struct flagcxIpcMemHandle {
   uint64_t magic;

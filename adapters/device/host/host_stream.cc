@@ -21,7 +21,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace flagcx::host {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/bootstrap.h"
+#include "rendezvous/bootstrap.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -10,10 +10,10 @@
 #include <map>
 #include <thread>
 
-#include "core/comm.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/uniqueid.h"
+#include "base/backoff.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "rendezvous/uniqueid.h"
 
 namespace flagcx {
 

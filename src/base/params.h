@@ -3,21 +3,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace flagcx {
 
 enum class Param : int {
 #define X(name, kind, def, doc) name,
-#include "param_list.h"
+#define XCHECK(name, spec)
+#include "base/param_list.h"
 #undef X
+#undef XCHECK
   Count
 };
 
 struct ParamInfo {
   const char *name;  // full name, FLAGCX_ prefix included
-  const char *kind;  // "Int" or "Str"
+  const char *kind;  // "Int", "Str" or "Ack" (FlagCX's, no effect here)
   const char *def;
   const char *doc;
+  const char *check;  // accepted values (param_list.h, XCHECK); "" for any
 };
 
 // Values are read from the environment once, on first use, and kept.
@@ -32,5 +36,14 @@ void paramsReload();
 
 // Names of FLAGCX_* variables in the environment that are not declared.
 std::string paramsUnknownNames();
+
+// What reading the environment found worth a line: a value not accepted
+// (warn, with the value used instead) or a FlagCX variable with no effect
+// here (info).  Printed by the log when it starts (base/log.cc).
+struct ParamNote {
+  bool warn;
+  std::string text;
+};
+const std::vector<ParamNote> &paramsNotes();
 
 }  // namespace flagcx

@@ -1,4 +1,4 @@
-#include "log.h"
+#include "base/log.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "params.h"
+#include "base/params.h"
 
 namespace flagcx {
 namespace {
@@ -67,6 +67,13 @@ void initLocked() {
     }
   }
   g_ready.store(true, std::memory_order_release);
+  for (const ParamNote &n : paramsNotes()) {
+    if (g_state.level < (n.warn ? LogLevel::Warn : LogLevel::Info)) continue;
+    if (!n.warn && !(g_state.mask & kEnv)) continue;
+    fprintf(g_state.out, "%s:%d:%ld [%d] flagcx %s ENV %s\n", g_state.host, getpid(),
+            static_cast<long>(syscall(SYS_gettid)), t_rank, n.warn ? "WARN" : "INFO",
+            n.text.c_str());
+  }
   std::string unknown = paramsUnknownNames();
   if (!unknown.empty() && g_state.level >= LogLevel::Warn) {
     fprintf(g_state.out,

@@ -1,9 +1,9 @@
-#include "core/uniqueid.h"
+#include "rendezvous/uniqueid.h"
 
 #include <cstring>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 

@@ -1,4 +1,4 @@
-#include "core/socket.h"
+#include "rendezvous/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,8 +14,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/socket.h"
+#include "rendezvous/socket.h"
 #include "flagcx.h"
 
 namespace flagcx {

@@ -1,6 +1,6 @@
 // The 256-byte unique id: magic, flags, the root's address, a 128-bit secret.
 #pragma once
-#include "core/socket.h"
+#include "rendezvous/socket.h"
 #include "flagcx.h"
 
 namespace flagcx {

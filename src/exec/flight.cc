@@ -1,4 +1,4 @@
-#include "core/flight.h"
+#include "exec/flight.h"
 
 #include <chrono>
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include <map>
 #include <sstream>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace flagcx {
 

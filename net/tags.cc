@@ -1,0 +1,47 @@
+#include "net/tags.h"
+
+#include <cstdio>
+
+#include "base/dtype.h"
+
+namespace flagcx {
+
+namespace {
+constexpr uint64_t kCollMark = 0xCull << 60;
+constexpr uint64_t kSeqMask = 0xFFFFF;
+}  // namespace
+
+uint64_t collTag(uint64_t seq, OpKind op, flagcxDataType_t dt, int root, size_t count) {
+  return kCollMark | ((seq & kSeqMask) << 40) | (static_cast<uint64_t>(op) << 36) |
+         (static_cast<uint64_t>(dt) << 32) | ((static_cast<uint64_t>(root) & 0xFFF) << 20) |
+         (count & 0xFFFFF);
+}
+
+bool isCollTag(uint64_t tag) { return (tag >> 60) == (kCollMark >> 60); }
+uint64_t tagSeq(uint64_t tag) { return (tag >> 40) & kSeqMask; }
+
+bool laterCall(uint64_t theirs, uint64_t cur) {
+  if (!isCollTag(theirs) || !isCollTag(cur)) return false;
+  uint64_t d = (tagSeq(theirs) - tagSeq(cur)) & kSeqMask;
+  return d != 0 && d < (kSeqMask + 1) / 2;
+}
+
+std::string tagText(uint64_t tag) {
+  if (tag == kP2PTag) return "send/recv";
+  if (!isCollTag(tag)) {
+    char b[40];
+    snprintf(b, sizeof(b), "tag 0x%llx", static_cast<unsigned long long>(tag));
+    return b;
+  }
+  unsigned op = (tag >> 36) & 0xF;
+  char b[160];
+  snprintf(b, sizeof(b), "%s #%llu (%s, count %llu, root %llu)",
+           op < static_cast<unsigned>(OpKind::Count) ? opName(static_cast<OpKind>(op)) : "?",
+           static_cast<unsigned long long>(tagSeq(tag)),
+           dtypeName(static_cast<flagcxDataType_t>((tag >> 32) & 0xF)),
+           static_cast<unsigned long long>(tag & 0xFFFFF),
+           static_cast<unsigned long long>((tag >> 20) & 0xFFF));
+  return b;
+}
+
+}  // namespace flagcx

@@ -1,0 +1,75 @@
+// Helpers shared by the exported entry points: the per-call fast path.
+#pragma once
+#include "dropin.h"
+
+#define NCCLX_CHECK(x)                  \
+  do {                                  \
+    ncclResult_t _r = (x);              \
+    if (_r != ncclSuccess) return _r;   \
+  } while (0)
+
+namespace ncclx {
+
+ncclResult_t enterSlow(const char *fn, ncclComm *c, flagcxComm_t *fc);
+ncclResult_t settle(const char *fn, ncclComm *c);
+
+// A usable communicator: one compare on the fast path.
+inline ncclResult_t enter(const char *fn, ncclComm *c, flagcxComm_t *fc) {
+  if (c && c->magic == ncclComm::kMagic &&
+      c->state.load(std::memory_order_acquire) == ncclComm::kReady) {
+    *fc = c->fc;
+    return ncclSuccess;
+  }
+  return enterSlow(fn, c, fc);
+}
+
+// flagcx logged the reason already; drop the drop-in's older text so that
+// ncclGetLastError returns flagcx's.
+inline ncclResult_t fromFlagcx(const char *, flagcxResult_t r) {
+  if (r == flagcxSuccess) return ncclSuccess;
+  clearLastError();
+  return toNccl(r);
+}
+
+// The flagcx stream that stands for a cudaStream_t on the communicator's
+// device (made once per pair: the legacy NULL stream differs per device, and
+// the wrapper must know the stream's device).
+// One exception, on the host adapter only: there a NULL stream means "now"
+// in flagcx, which would run a group's operations one communicator after
+// the other on the calling thread; ranks of one process driven by one thread
+// (ncclCommInitAll) would wait for each other forever.  Inside a group, a
+// NULL stream therefore becomes a private stream of the communicator, and
+// ncclGroupEnd waits for those streams.
+ncclResult_t mapStreamSlow(ncclComm *c, cudaStream_t s, flagcxStream_t *out);
+struct StreamHit {
+  cudaStream_t native = nullptr;
+  int device = -1;
+  flagcxStream_t mapped = nullptr;
+  bool valid = false;
+};
+extern thread_local StreamHit t_stream;
+extern thread_local int t_groupDepth;
+bool hostAdapter();
+inline ncclResult_t mapStream(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
+  if (t_stream.valid && t_stream.native == s && t_stream.device == c->device &&
+      (s || t_groupDepth == 0)) {
+    *out = t_stream.mapped;
+    return ncclSuccess;
+  }
+  return mapStreamSlow(c, s, out);
+}
+// Free a working buffer behind the work on `fs`; inside a group only after
+// ncclGroupEnd has launched that work.
+void releaseLater(void *p, flagcxStream_t fs);
+// The private streams used by the calling thread's open group.
+void groupStreamsUsed(ncclComm *c);
+ncclResult_t groupStreamsWait();
+
+// ncclCommSplit's work on one rank: exchange (color, key) over the parent,
+// create `c` (NULL: this rank takes no part in a new communicator).
+ncclResult_t splitNow(ncclComm *parent, ncclComm *c, int color, int key);
+
+}  // namespace ncclx
+
+// NCCL's profiling names: pnccl<X> is the same function as nccl<X>.
+#define NCCLX_PNAME(name) extern "C" __attribute__((alias(#name))) decltype(name) p##name;

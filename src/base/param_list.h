@@ -1,0 +1,216 @@
+// Every FLAGCX_* variable, declared once: X(NAME, KIND, DEFAULT, DOC).
+// KIND is Int, Str or Ack.  NAME is given without the FLAGCX_ prefix.
+// This is the only place a variable is declared; `flagcx-info --env` lists
+// them all, and an unknown FLAGCX_* name in the environment draws a warning.
+// Keep it sorted by area; add new variables here, never getenv() elsewhere.
+//
+// Ack: a variable FlagCX 0.13 documents that has no effect here; when set it
+// draws one INFO line with DOC, which says why (docs/COMPATIBILITY.md).
+//
+// XCHECK(NAME, SPEC) right after a variable: what values it accepts, checked
+// when the environment is read (base/params.cc).  SPEC is "MIN..MAX" (either
+// end may be left out) or a single value, alternatives joined by |, for Int; "A|B|C" (case-insensitive) for Str, or
+// "list:A|B|C" for a comma list of those names (a leading ^ allowed).  A
+// value outside draws one WARN naming the variable, the value given and the
+// value used instead (the default; for a list, the names it knows).
+
+// Logging
+X(DEBUG, Str, "WARN", "log level: NONE, VERSION, WARN, INFO or TRACE (ABORT, FlagCX's, logs as WARN)")
+XCHECK(DEBUG, "NONE|VERSION|WARN|INFO|ABORT|TRACE")
+X(DEBUG_SUBSYS, Str, "INIT,ENV", "subsystems logged at INFO/TRACE: INIT,COLL,P2P,NET,SHM,BOOTSTRAP,ENV,TUNING,ALLOC,ALL; ^ negates (FlagCX's GRAPH,CALL,PROXY,NVLS,REG are accepted and log nothing here)")
+XCHECK(DEBUG_SUBSYS, "list:INIT|COLL|P2P|NET|SHM|BOOTSTRAP|ENV|TUNING|ALLOC|ALL|GRAPH|CALL|PROXY|NVLS|REG")
+X(DEBUG_FILE, Str, "", "write the log to this file instead of stderr; %h = host, %p = pid")
+
+// Devices
+X(DEVICE, Str, "auto", "device adapter: auto, host or cuda")
+
+// Bootstrap
+X(COMM_ID, Str, "", "host:port of the root; every rank derives the same unique id from it")
+X(SOCKET_IFNAME, Str, "", "network interfaces to use: prefix match, ^ to exclude, = for exact names")
+X(SOCKET_FAMILY, Str, "", "address family of the interface: AF_INET or AF_INET6 (empty: either)")
+XCHECK(SOCKET_FAMILY, "|AF_INET|AF_INET6")
+X(HOSTID, Str, "", "host identity override (ranks with equal ids share a host)")
+X(TIMEOUT, Int, "600", "seconds any blocking wait may last before it fails")
+XCHECK(TIMEOUT, "1..")
+
+// Transports
+X(CONNECT_ALL, Int, "0", "1: connect to every peer at init; 0: to the peers the schedules name, to the others on first use")
+XCHECK(CONNECT_ALL, "0..1")
+X(SHM_DISABLE, Int, "0", "1: never use shared memory between same-host ranks (socket instead)")
+XCHECK(SHM_DISABLE, "0..1")
+X(SHM_BUFFER_SIZE, Int, "4194304", "bytes of each shared-memory ring (one per direction and peer)")
+XCHECK(SHM_BUFFER_SIZE, "65536..1073741824")
+X(IPC_DISABLE, Int, "0", "1: device buffers of same-host ranks go through host staging instead of CUDA IPC")
+XCHECK(IPC_DISABLE, "0..1")
+X(SHM_PULL, Int, "0", "0: same-host messages always go through the shm ring (faster, see docs/PERFORMANCE.md); 1: messages >= 64 KiB are read straight from the sender's buffer (process_vm_readv)")
+XCHECK(SHM_PULL, "0..1")
+X(SOCKET_NTHREADS, Int, "1", "socket transport: progress threads per peer connection set (FlagCX's -2, auto, means 1)")
+XCHECK(SOCKET_NTHREADS, "1..16|-2")
+X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress thread (FlagCX's -2, auto, means 1)")
+XCHECK(NSOCKS_PERTHREAD, "1..16|-2")
+X(NET_CHUNK_SIZE, Int, "524288", "bytes of a pipeline slice for large messages")
+XCHECK(NET_CHUNK_SIZE, "4096..1073741824")
+X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")
+XCHECK(STAGE_SLICE_SIZE, "4096..1073741824")
+X(NCHANNELS, Int, "1", "parallel channels a collective is split across")
+XCHECK(NCHANNELS, "1..16")
+
+// Algorithms and tuning
+X(ALGO_PATH, Str, "", "folder of user algorithm scripts, searched before the shipped ones")
+X(ALGO, Str, "", "force algorithms per op, e.g. allreduce:ring,alltoall:bruck")
+X(TUNING_FILE, Str, "", "tuning rules YAML to load instead of the shipped config/tuning.yaml")
+X(TUNING_POLICY, Str, "", "Lua policy file choosing algorithms; overrides the rules")
+X(DATA_DIR, Str, "", "where the shipped algos/ and config/ live (default: found next to the library)")
+
+// Heterogeneous communicators
+X(USE_HETERO_COMM, Int, "0", "1: route every operation through the flagcx engine, even on homogeneous communicators")
+XCHECK(USE_HETERO_COMM, "0..1")
+X(CLUSTER_SPLIT_LIST, Str, "", "per device-kind cluster (in order of first rank), into how many sub-clusters of consecutive ranks to split it, e.g. 2 (FlagCX's meaning)")
+X(NCCL_LIB, Str, "libnccl.so.2", "path or name of the NCCL library loaded at run time (under the NCCL drop-in: a path to NVIDIA's)")
+
+// Reliability
+X(FLIGHT_RECORDER_SIZE, Int, "64", "operations kept in each communicator's flight recorder")
+XCHECK(FLIGHT_RECORDER_SIZE, "1..1048576")
+X(FLIGHT_RECORDER_FILE, Str, "", "file the flight recorder is dumped to on error; %r = rank")
+
+// P2P engine
+X(P2P_PORT, Int, "0", "listening port of a P2P engine (0: any)")
+XCHECK(P2P_PORT, "0..65535")
+// Read into FlagcxP2pGlobalConfig (flagcx_p2p.h); FlagCX's defaults.
+X(P2P_QPS_PER_CONN, Int, "4", "P2P engine: queue pairs per connection")
+XCHECK(P2P_QPS_PER_CONN, "1..8")
+X(P2P_WORKERS_PER_POOL, Int, "4", "P2P engine: workers per pool")
+XCHECK(P2P_WORKERS_PER_POOL, "1..256")
+X(P2P_SHARD_COUNT, Int, "8", "P2P engine: shards")
+XCHECK(P2P_SHARD_COUNT, "1..256")
+X(P2P_CQ_DEPTH, Int, "4096", "P2P engine: shared completion queue depth")
+XCHECK(P2P_CQ_DEPTH, "1..")
+X(P2P_MAX_WR_PER_POST, Int, "256", "P2P engine: work requests per post")
+XCHECK(P2P_MAX_WR_PER_POST, "1..")
+X(P2P_MAX_REQUESTS, Int, "256", "P2P engine: requests in flight")
+XCHECK(P2P_MAX_REQUESTS, "1..")
+X(P2P_BATCH_POLL_SIZE, Int, "64", "P2P engine: completions polled at once")
+XCHECK(P2P_BATCH_POLL_SIZE, "1..")
+X(P2P_SLICE_SIZE, Int, "1073741824", "P2P engine: bytes per slice of a transfer")
+XCHECK(P2P_SLICE_SIZE, "1..")
+X(P2P_FRAGMENT_LIMIT, Int, "4096", "P2P engine: fragment limit in bytes")
+XCHECK(P2P_FRAGMENT_LIMIT, "1..")
+X(P2P_MAX_SGE, Int, "4", "P2P engine: scatter-gather entries per work request")
+XCHECK(P2P_MAX_SGE, "1..")
+X(P2P_MAX_INLINE, Int, "64", "P2P engine: inline bytes")
+XCHECK(P2P_MAX_INLINE, "0..")
+X(P2P_IB_PORT, Int, "1", "P2P engine: IB port")
+XCHECK(P2P_IB_PORT, "1..255")
+X(P2P_GID_INDEX, Int, "-1", "P2P engine: GID index (-1: auto)")
+XCHECK(P2P_GID_INDEX, "-1..")
+X(P2P_MTU, Int, "4096", "P2P engine: MTU bytes")
+XCHECK(P2P_MTU, "256..4096")
+X(P2P_IB_TC, Int, "-1", "P2P engine: IB traffic class (-1: off)")
+XCHECK(P2P_IB_TC, "-1..255")
+X(P2P_RETRY_CNT, Int, "7", "P2P engine: IB retry count")
+XCHECK(P2P_RETRY_CNT, "0..7")
+X(P2P_NOTIF_MAX_PEERS, Int, "64", "P2P engine: peers that may send notifications")
+XCHECK(P2P_NOTIF_MAX_PEERS, "1..")
+X(P2P_DEST_DEV_AFFINITY, Int, "0", "P2P engine: 1 to prefer the destination device's NIC")
+XCHECK(P2P_DEST_DEV_AFFINITY, "0..1")
+
+
+// FlagCX 0.13 variables with no effect here: DOC says why.
+#define ACK_NET "flagcx has no InfiniBand, UCX or Gloo transport yet: same-host ranks use shm, other hosts the socket transport"
+#define ACK_TUNER "algorithms are chosen by config/tuning.yaml rules (FLAGCX_TUNING_FILE, FLAGCX_TUNING_POLICY, FLAGCX_ALGO), always on"
+#define ACK_C2C "inter-cluster algorithms are Lua scripts chosen by the tuner (FLAGCX_ALGO, FLAGCX_ALGO_PATH)"
+#define ACK_UNI "the engine's slicing is FLAGCX_NET_CHUNK_SIZE and FLAGCX_NCHANNELS; it launches no device kernels of its own"
+#define ACK_DEVAPI "the device API (flagcx_kernel.h) and its FIFOs are not implemented yet"
+#define ACK_RMA "one-sided operations are not implemented yet"
+#define ACK_TOPO "flagcx detects no PCI/NIC topology: ranks are grouped by host and device kind"
+#define ACK_PLUGIN "adapters are built in (FLAGCX_DEVICE picks one, FLAGCX_NCCL_LIB the NCCL library); no adaptor plugins are loaded"
+X(WARN_ENABLE_DEBUG_INFO, Ack, "", "every WARN already names rank, peer and operation")
+X(SET_THREAD_NAME, Ack, "", "threads keep their default names")
+X(USE_HOST_COMM, Ack, "", "host-memory communication is the host adapter: FLAGCX_DEVICE=host")
+X(NET_BUFFER_SIZE, Ack, "", "the socket transport stages nothing; slices are FLAGCX_NET_CHUNK_SIZE")
+X(P2P_BUFFER_SIZE, Ack, "", "same-host transfers go through the shm ring: FLAGCX_SHM_BUFFER_SIZE")
+X(P2P_CHUNK_SIZE, Ack, "", "same-host transfers go through the shm ring: FLAGCX_SHM_BUFFER_SIZE, FLAGCX_NET_CHUNK_SIZE")
+X(SEMAPHORE_BUFFER_POOL_CAPACITY, Ack, "", ACK_DEVAPI)
+X(KERNEL_FIFO_CAPACITY, Ack, "", ACK_DEVAPI)
+X(REDUCE_FIFO_CAPACITY, Ack, "", ACK_DEVAPI)
+X(MEM_ENABLE, Ack, "", "flagcxMemAlloc always allocates through the device adapter")
+X(DMABUF_ENABLE, Ack, "", "no transport here registers DMA-BUF memory")
+X(RUNTIME_PROXY, Ack, "", "the engine has one progress path per stream kind (DESIGN.md), no separate proxy mode")
+X(PROGRESS_APPENDOP_FREQ, Ack, "", "the engine has no proxy op queue to append to")
+X(P2P_DISABLE, Ack, "", "same-host device buffers: FLAGCX_IPC_DISABLE=1 turns CUDA IPC off")
+X(P2P_SCHEDULE_DISABLE, Ack, "", "send/receive order comes from the compiled schedules")
+X(DEVICE_FUNC_PATH, Ack, "", "reduce kernels are built into the library")
+X(RMA_QUEUE_SIZE, Ack, "", ACK_RMA)
+X(RMA_BATCH_MAX, Ack, "", ACK_RMA)
+X(TOPO_FILE, Ack, "", ACK_TOPO)
+X(TOPO_DUMP_FILE, Ack, "", ACK_TOPO)
+X(INTERSERVER_ROUTE_FILE, Ack, "", ACK_TOPO)
+X(TOPO_DETECTION_DISABLE, Ack, "", ACK_TOPO)
+X(ENABLE_TOPO_DETECT, Ack, "", ACK_TOPO)
+X(USE_TUNER, Ack, "", ACK_TUNER)
+X(USE_COMM_TAG, Ack, "", ACK_TUNER)
+X(TUNER_SEARCH_NLOOPS, Ack, "", ACK_TUNER)
+X(TUNER_CONFIG_ID, Ack, "", ACK_TUNER)
+X(TUNER_BEST_CONFIG_ID, Ack, "", ACK_TUNER)
+X(TUNER_DONE, Ack, "", ACK_TUNER)
+X(TUNE_FILE, Ack, "", ACK_TUNER)
+X(TUNE_GROUP_IDX, Ack, "", ACK_TUNER)
+X(TUNING_WITH_FLAGSCALE, Ack, "", ACK_TUNER)
+X(C2C_ALGO, Ack, "", ACK_C2C)
+X(C2C_ALGO_EXPORT_PATH, Ack, "", ACK_C2C)
+X(C2C_ALGO_EXPORT_PREFIX, Ack, "", ACK_C2C)
+X(C2C_ALGO_IMPORT_PATH, Ack, "", ACK_C2C)
+X(C2C_ALGO_IMPORT_PREFIX, Ack, "", ACK_C2C)
+X(C2C_SEARCH_GRANULARITY, Ack, "", ACK_C2C)
+X(P2P_EVENT_POOL_SIZE, Ack, "", "events are made per stream by the device adapter, no pool")
+X(UNIRUNNER_NSLICES, Ack, "", ACK_UNI)
+X(UNIRUNNER_NTHREADS, Ack, "", ACK_UNI)
+X(UNIRUNNER_NBLOCKS, Ack, "", ACK_UNI)
+X(UNIRUNNER_USE_LOCRED, Ack, "", ACK_UNI)
+X(UNIRUNNER_USE_RINGAG, Ack, "", ACK_UNI)
+X(UNIRUNNER_USE_SLICEDAR, Ack, "", ACK_UNI)
+X(UNIRUNNER_NREDSLICES, Ack, "", ACK_UNI)
+X(UNIRUNNER_REDSLICESIZE, Ack, "", ACK_UNI)
+X(IB_DISABLE, Ack, "", ACK_NET)
+X(IB_HCA, Ack, "", ACK_NET)
+X(IB_GID_INDEX, Ack, "", ACK_NET)
+X(IB_ROCE_VERSION_NUM, Ack, "", ACK_NET)
+X(IB_TIMEOUT, Ack, "", ACK_NET)
+X(IB_RETRY_CNT, Ack, "", ACK_NET)
+X(IB_PKEY, Ack, "", ACK_NET)
+X(IB_USE_INLINE, Ack, "", ACK_NET)
+X(IB_SL, Ack, "", ACK_NET)
+X(IB_TC, Ack, "", ACK_NET)
+X(IB_AR_THRESHOLD, Ack, "", ACK_NET)
+X(IB_PCI_RELAXED_ORDERING, Ack, "", ACK_NET)
+X(IB_ADAPTIVE_ROUTING, Ack, "", ACK_NET)
+X(IB_MERGE_VFS, Ack, "", ACK_NET)
+X(IB_MERGE_NICS, Ack, "", ACK_NET)
+X(IB_QPS_PER_CONNECTION, Ack, "", ACK_NET)
+X(IB_SPLIT_DATA_ON_QPS, Ack, "", ACK_NET)
+X(IB_ADDR_FAMILY, Ack, "", ACK_NET)
+X(IB_ADDR_RANGE, Ack, "", ACK_NET)
+X(GDR_FLUSH_DISABLE, Ack, "", ACK_NET)
+X(IBUC_SPLIT_DATA_ON_QPS, Ack, "", ACK_NET)
+X(IB_RETRANS_ENABLE, Ack, "", ACK_NET)
+X(IB_RETRANS_TIMEOUT, Ack, "", ACK_NET)
+X(IB_RETRANS_MAX_RETRY, Ack, "", ACK_NET)
+X(IB_RETRANS_ACK_INTERVAL, Ack, "", ACK_NET)
+X(IB_MAX_OUTSTANDING, Ack, "", ACK_NET)
+X(FORCE_NET_SOCKET, Ack, "", "between hosts the socket transport is the only one here, so it is always used")
+X(UCX_DISABLE, Ack, "", ACK_NET)
+X(UCX_TLS, Ack, "", ACK_NET)
+X(UCX_CUDA_DISABLE, Ack, "", ACK_NET)
+X(GLOO_IB_DISABLE, Ack, "", ACK_NET)
+X(DEVICE_ADAPTOR_PLUGIN, Ack, "", ACK_PLUGIN)
+X(NET_ADAPTOR_PLUGIN, Ack, "", ACK_PLUGIN)
+X(CCL_ADAPTOR_PLUGIN, Ack, "", ACK_PLUGIN)
+X(IGNORE_CPU_AFFINITY, Ack, "", "flagcx never sets CPU affinity")
+#undef ACK_NET
+#undef ACK_TUNER
+#undef ACK_C2C
+#undef ACK_UNI
+#undef ACK_DEVAPI
+#undef ACK_RMA
+#undef ACK_TOPO
+#undef ACK_PLUGIN

@@ -1,0 +1,282 @@
+// One collective through its compiled schedule: the schedule's abstract
+// chunks are bound to byte ranges of this call's buffers, then the steps run
+// stage by stage — a stage's local copies and reductions first, then all its
+// messages at once (sliced by FLAGCX_NET_CHUNK_SIZE outside direct mode).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "adapters/device/adapter.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "exec/state.h"
+#include "net/tags.h"
+#include "sched/algo_set.h"
+#include "sched/ir_names.h"
+
+namespace flagcx {
+
+namespace {
+
+// Local steps: on the device in direct mode (issued, then flushed by the
+// caller), else on the CPU now.
+flagcxResult_t localCopy(ExecState *s, void *dst, const void *src, size_t bytes) {
+  if (!bytes || dst == src) return flagcxSuccess;
+  if (s->direct()) return s->dev->copyAsync(dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return flagcxSuccess;
+}
+
+// Where chunk k of one buffer lives, for this call.
+struct Bound {
+  char *base = nullptr;
+  size_t total = 0;   // elements
+  int nchunks = 1;
+  const size_t *vcounts = nullptr, *vdispls = nullptr;  // alltoallv
+  size_t ts = 1;
+  void range(int k, char **p, size_t *bytes) const {
+    if (vcounts) {
+      *p = base + vdispls[k] * ts;
+      *bytes = vcounts[k] * ts;
+      return;
+    }
+    unsigned __int128 t = total;
+    size_t s = static_cast<size_t>(t * static_cast<unsigned>(k) / static_cast<unsigned>(nchunks));
+    size_t e = static_cast<size_t>(t * static_cast<unsigned>(k + 1) / static_cast<unsigned>(nchunks));
+    *p = base + s * ts;
+    *bytes = (e - s) * ts;
+  }
+};
+
+flagcxResult_t localReduce(ExecState *s, void *dst, const void *src, size_t count,
+                           flagcxDataType_t dt, flagcxRedOp_t op) {
+  if (!count) return flagcxSuccess;
+  if (s->direct()) return s->dev->reduceAsync(dst, dst, src, count, dt, op);
+  return hostReduce(dst, dst, src, count, dt, op);
+}
+
+// A working buffer: device memory in direct mode, else the heap.
+char *workBuf(ExecState *s, std::vector<char> &heap, GrowBuf &dev, size_t bytes) {
+  return s->direct() ? dev.grow(std::max<size_t>(bytes, 1)) : growHeap(heap, bytes);
+}
+
+}  // namespace
+
+flagcxResult_t runColl(ExecState *s, CollItem &ci) {
+  const CollArgs &a = ci.a;
+  int n = s->nranks;
+  size_t ts = dtypeSize(a.dtype);
+  if (a.count == 0 && a.op != OpKind::Barrier && a.op != OpKind::AlltoAllv) return flagcxSuccess;
+  const size_t *sc = nullptr, *sd = nullptr, *rc = nullptr, *rd = nullptr;
+  size_t recvTotal = 0;
+  if (a.op == OpKind::AlltoAllv) {
+    sc = ci.v.data();
+    sd = sc + n;
+    rc = sd + n;
+    rd = rc + n;
+    size_t sendTotal = 0;
+    for (int p = 0; p < n; p++) sendTotal += sc[p], recvTotal += rc[p];
+    if (sendTotal == 0 && recvTotal == 0) return flagcxSuccess;
+  }
+  size_t selectBytes = a.count * ts;
+  const Schedule *sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
+  if (!sch) {
+    WARN(kColl, "rank %d: no schedule for %s (%zu bytes, root %d)", s->rank, opName(a.op),
+         selectBytes, a.root);
+    return flagcxInternalError;
+  }
+  const RankSchedule &rs = sch->ranks[0];
+  if (!s->allConnected) {
+    // Peers this schedule names that have no connection yet (alltoall's,
+    // or any op's with FLAGCX_CONNECT_ALL=0 and a peer no other schedule
+    // names): every rank of the call connects to its own at this point.
+    std::vector<int> peers;
+    for (const Step &st : rs.steps)
+      if (st.peer >= 0) peers.push_back(st.peer);
+    FLAGCX_CHECK(connectFor(s, peers));
+  }
+  int N = sch->chunks;
+  FlightEntry *fe = s->flight.begin(ci.seq, opName(a.op), sch->algo.c_str(), selectBytes,
+                                       a.dtype, opIsRooted(a.op) ? a.root : -1);
+  ci.flight = fe;
+  bool rooted = opIsRooted(a.op);
+  bool isRoot = !rooted || s->rank == a.root;
+  size_t full = (a.op == OpKind::AllReduce || a.op == OpKind::Reduce ||
+                 a.op == OpKind::Broadcast) ? a.count : a.count * static_cast<size_t>(n);
+
+  Bound in, out, scr;
+  in.ts = out.ts = scr.ts = ts;
+  in.nchunks = bufChunks(a.op, BufKind::Input, N, n);
+  out.nchunks = bufChunks(a.op, BufKind::Output, N, n);
+  scr.nchunks = N;
+  in.total = opInputIsBlock(a.op) ? a.count : full;
+  out.total = opOutputIsBlock(a.op) ? a.count : full;
+  scr.total = full;
+  if (a.op == OpKind::AlltoAllv) {
+    in.vcounts = sc, in.vdispls = sd;
+    out.vcounts = rc, out.vdispls = rd;
+    // Scratch mirrors the send layout, packed.
+    scr.vcounts = sc;
+    std::vector<size_t> &packed = s->scratchDispls;
+    packed.assign(static_cast<size_t>(n), 0);
+    for (int p = 1; p < n; p++) packed[static_cast<size_t>(p)] = packed[static_cast<size_t>(p - 1)] + sc[p - 1];
+    scr.vdispls = packed.data();
+    size_t maxEnd = 0;
+    for (int p = 0; p < n; p++) maxEnd = std::max(maxEnd, sd[p] + sc[p]);
+    in.total = maxEnd;
+    maxEnd = 0;
+    for (int p = 0; p < n; p++) maxEnd = std::max(maxEnd, rd[p] + rc[p]);
+    out.total = maxEnd;
+    scr.total = packed[static_cast<size_t>(n - 1)] + sc[n - 1];
+  }
+  size_t inBytes = in.total * ts, outBytes = out.total * ts;
+  in.base = const_cast<char *>(static_cast<const char *>(a.send));
+  out.base = static_cast<char *>(a.recv);
+  bool direct = s->direct();
+  bool outOfMemory = false;
+  auto work = [&](std::vector<char> &h, GrowBuf &d, size_t bytes) -> char * {
+    char *p = workBuf(s, h, d, bytes);
+    outOfMemory = outOfMemory || (direct && !p);  // the heap's data() is null when empty
+    return p;
+  };
+  // Buffers a non-root rank need not pass get a private stand-in.
+  if (!isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
+    out.base = work(s->bufOutAlt, s->dOutAlt, outBytes);
+  if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
+    in.base = work(s->bufInAlt, s->dInAlt, inBytes);
+  // Schedules assume distinct input and output: snapshot an overlapping input.
+  if (in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
+    char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
+    FLAGCX_CHECK(gateWait(s, in.base, inBytes));
+    if (copy) FLAGCX_CHECK(localCopy(s, copy, in.base, inBytes));
+    in.base = copy;
+  }
+  scr.base = work(s->bufScratch, s->dScratch, scr.total * ts);
+  if (outOfMemory) {
+    WARN(kColl, "rank %d: out of %s memory for the working buffers of %s", s->rank,
+         direct ? "device" : "host", opName(a.op));
+    return flagcxSystemError;
+  }
+
+  auto bufOf = [&](BufKind b) -> const Bound & {
+    return b == BufKind::Input ? in : b == BufKind::Output ? out : scr;
+  };
+  size_t slice = static_cast<size_t>(std::max<int64_t>(paramInt(Param::NET_CHUNK_SIZE), 4096));
+  slice -= slice % ts;
+  uint64_t tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
+                         a.op == OpKind::AlltoAllv ? 0 : a.count);
+  s->curTag = tag;
+  char what[96];
+  snprintf(what, sizeof(what), "%s/%s #%llu", opName(a.op), sch->algo.c_str(),
+           static_cast<unsigned long long>(ci.seq));
+  std::vector<Xfer> &xs = s->scratchXfers;
+  // Staged output: each output chunk goes back to the device after the
+  // stage that writes it last (an Avg divides the whole output at the end,
+  // and alltoallv chunks may overlap: those copy back at once, after).
+  StageSink &sink = s->sink;
+  bool sinking = !direct && sink.host && out.base == sink.host && a.op != OpKind::AlltoAllv &&
+                 !(a.redop == flagcxAvg && opReduces(a.op));
+  std::vector<int> &lastWrite = s->scratchLastWrite;
+  if (sinking) {
+    lastWrite.assign(static_cast<size_t>(out.nchunks), -1);
+    for (const Step &st : rs.steps)
+      if (st.kind != StepKind::Send && st.dst.buf == BufKind::Output && st.dst.chunk >= 0 &&
+          st.dst.chunk < out.nchunks)
+        lastWrite[static_cast<size_t>(st.dst.chunk)] =
+            std::max(lastWrite[static_cast<size_t>(st.dst.chunk)], st.stage);
+  }
+  auto sinkChunks = [&](int stage) -> flagcxResult_t {
+    for (int c = 0; c < out.nchunks; c++) {
+      if (lastWrite[static_cast<size_t>(c)] != stage) continue;
+      char *p;
+      size_t b;
+      out.range(c, &p, &b);
+      if (b) FLAGCX_CHECK(s->dev->copyAsync(sink.dev + (p - sink.host), p, b));
+    }
+    return flagcxSuccess;
+  };
+  size_t i = 0;
+  while (i < rs.steps.size()) {
+    int stage = rs.steps[i].stage;
+    s->flight.stage(fe, stage);
+    size_t end = i;
+    while (end < rs.steps.size() && rs.steps[end].stage == stage) end++;
+    // Local steps of a stage first, then its messages.
+    for (size_t k = i; k < end; k++) {
+      const Step &st = rs.steps[k];
+      if (st.kind != StepKind::Copy && st.kind != StepKind::Reduce) continue;
+      char *sp, *dp;
+      size_t sb, db;
+      bufOf(st.src.buf).range(st.src.chunk, &sp, &sb);
+      bufOf(st.dst.buf).range(st.dst.chunk, &dp, &db);
+      if (sb != db) {
+        WARN(kColl, "rank %d: %s: %s moves %zu bytes into %zu", s->rank, what,
+             stepText(st).c_str(), sb, db);
+        return flagcxInternalError;
+      }
+      if (!direct) FLAGCX_CHECK(gateWait(s, sp, sb));
+      FLAGCX_CHECK(st.kind == StepKind::Copy ? localCopy(s, dp, sp, sb)
+                                             : localReduce(s, dp, sp, sb / ts, a.dtype, a.redop));
+    }
+    if (direct) FLAGCX_CHECK(s->dev->flush());
+    xs.clear();
+    size_t landing = 0;
+    for (size_t k = i; k < end; k++) {
+      const Step &st = rs.steps[k];
+      if (st.kind == StepKind::RecvReduce) {
+        char *p; size_t b;
+        bufOf(st.dst.buf).range(st.dst.chunk, &p, &b);
+        landing += b;
+      }
+    }
+    // Received bytes to be reduced land here first (direct mode reduces
+    // straight from the sender's memory).
+    char *land = direct ? nullptr : growHeap(s->bufLanding, landing);
+    size_t landOff = 0;
+    for (size_t k = i; k < end; k++) {
+      const Step &st = rs.steps[k];
+      if (st.kind == StepKind::Copy || st.kind == StepKind::Reduce) continue;
+      char *p;
+      size_t b;
+      bool isSend = st.kind == StepKind::Send;
+      const ChunkRef &ref = isSend ? st.src : st.dst;
+      bufOf(ref.buf).range(ref.chunk, &p, &b);
+      char *target = st.kind == StepKind::RecvReduce ? (direct ? nullptr : land + landOff) : p;
+      // Direct mode moves a step in one piece (the GPU copies it at once).
+      size_t nslices = b == 0 || direct ? 1 : (b + slice - 1) / slice;
+      for (size_t sl = 0; sl < nslices; sl++) {
+        size_t off = sl * slice, len = direct ? b : std::min(slice, b - std::min(b, off));
+        Xfer x{};
+        x.ch = static_cast<int>(sl % static_cast<size_t>(s->nchannels));
+        x.conn = s->conn(st.peer, x.ch);
+        x.isSend = isSend;
+        x.buf = target ? target + off : nullptr;
+        x.bytes = len;
+        x.tag = tag;
+        x.peer = st.peer;
+        if (st.kind == StepKind::RecvReduce) x.reduceDst = p + off;
+        xs.push_back(x);
+      }
+      if (st.kind == StepKind::RecvReduce) landOff += b;
+    }
+    FLAGCX_CHECK(direct ? runDirectXfers(s, xs, a.dtype, a.redop, what)
+                        : runXfers(s, xs, a.dtype, a.redop, what));
+    if (sinking) FLAGCX_CHECK(sinkChunks(stage));
+    i = end;
+  }
+  if (sinking) {
+    FLAGCX_CHECK(sinkChunks(-1));  // chunks no step wrote go back as they are
+    sink.used = true;
+  }
+  if (a.redop == flagcxAvg && opReduces(a.op) && isRoot) {
+    // Every reducing op's output holds `count` elements (reducescatter: its block).
+    if (direct)
+      FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+    else
+      FLAGCX_CHECK(hostDivide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n)));
+  }
+  return flagcxSuccess;
+}
+
+}  // namespace flagcx

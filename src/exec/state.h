@@ -1,0 +1,224 @@
+// Inside the executor (not for other layers): the state one communicator's
+// executor owns, and the entry points of its parts, one file each:
+//   executor.cc  the issue order (tickets), the job pool, groups, runJob
+//   xfer.cc      posting and progressing the messages of a stage
+//   coll_run.cc  a collective: chunks bound to bytes, then stage by stage
+//   p2p_run.cc   a group of sends and receives
+//   staging.cc   device buffers through host memory (pipelined)
+//   direct.cc    device buffers read in place by same-host peers (CUDA IPC)
+//
+// How bytes move is the executor's mode, fixed at init and the same on
+// every rank:
+//   Host    user buffers are host memory; working buffers are on the heap.
+//   Staged  user buffers are device memory copied through host memory, and
+//           the Host machinery runs on the copies.
+//   Direct  user buffers are device memory; working buffers are device
+//           memory too; a receiver copies or reduces straight from the
+//           sender's memory and only small control messages cross the
+//           transports.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "adapters/device/adapter.h"
+#include "base/ops.h"
+#include "exec/executor.h"
+#include "exec/flight.h"
+#include "net/net.h"
+
+namespace flagcx {
+
+struct P2PItem {
+  bool isSend;
+  void *buf;
+  size_t bytes;
+  int peer;
+};
+
+struct CollItem {
+  CollArgs a;
+  uint64_t seq;
+  std::vector<size_t> v;  // alltoallv counts/displacements, copied at call time
+  FlightEntry *flight = nullptr;
+};
+
+struct ExecState;
+
+// One unit of stream work: the collectives and point-to-point operations of
+// one call, or of one group on one communicator.
+struct Job {
+  ExecState *ex = nullptr;
+  uint64_t ticket = 0;
+  flagcxStream_t stream = nullptr;
+  std::vector<CollItem> colls;  // the first ncolls are this job's; the rest keep capacity
+  size_t ncolls = 0;
+  std::vector<P2PItem> p2p;
+};
+
+// One message of a stage or group.
+struct Xfer {
+  Conn *conn;
+  bool isSend;
+  char *buf;
+  size_t bytes;
+  uint64_t tag;
+  int req = -1;
+  bool posted = false, done = false;
+  char *reduceDst = nullptr;  // recv_reduce: reduce the landed bytes into it when complete
+  int peer;
+  int ch = 0;
+};
+
+// A working buffer in device or page-locked host memory.  It grows on the
+// callers' threads when work is enqueued, never on the thread that runs the
+// work: allocating device memory may wait for every stream, including a
+// user's stream that the engine holds.  An outgrown buffer may still be in
+// use by running work, so it is kept until the executor goes.
+class GrowBuf {
+ public:
+  enum class Mem { Device, Pinned };
+  GrowBuf(DeviceAdapter *dev, Mem mem) : dev_(dev), mem_(mem) {}
+  ~GrowBuf();
+  GrowBuf(const GrowBuf &) = delete;
+  GrowBuf &operator=(const GrowBuf &) = delete;
+  // At least `bytes` (2 MiB at least, a whole CUDA IPC granule); nullptr
+  // when the allocation fails.
+  char *grow(size_t bytes);
+  // The buffer when it already holds `bytes`, else nullptr (never allocates).
+  char *ifFits(size_t bytes) const {
+    return cap_.load(std::memory_order_acquire) >= bytes ? p_.load(std::memory_order_acquire)
+                                                         : nullptr;
+  }
+
+ private:
+  DeviceAdapter *dev_;
+  Mem mem_;
+  std::mutex mu_;  // serializes growth
+  std::atomic<char *> p_{nullptr};
+  std::atomic<size_t> cap_{0};
+  std::vector<void *> retired_;
+};
+
+// A heap buffer that only grows (the Host mode's working buffers).
+inline char *growHeap(std::vector<char> &buf, size_t bytes) {
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
+}
+
+inline bool overlaps(const void *a, size_t an, const void *b, size_t bn) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return an && bn && pa < pb + bn && pb < pa + an;
+}
+
+// Pipelined staging: the host copy of the input arrives slice by slice;
+// slice k may be read once marks[k] is reached.  Sends from it wait for
+// their slices, not for the whole copy.
+struct StageGate {
+  const char *base = nullptr;
+  size_t bytes = 0, slice = 1, ready = 0;  // slices [0, ready) are known copied
+  std::vector<uint64_t> marks;
+};
+
+// ... and the output goes back to the device chunk by chunk, as each chunk's
+// last write completes.
+struct StageSink {
+  char *host = nullptr, *dev = nullptr;
+  size_t bytes = 0;
+  bool used = false;  // runColl copied the whole output back
+};
+
+// Direct mode's state: every rank's outbox (one device buffer per rank,
+// mapped by every peer at init) carries small messages; large ones are read
+// from the sender's own buffer, mapped on first use.
+struct DirectState {
+  char *outbox = nullptr;
+  size_t outboxBytes = 0;
+  std::vector<char *> peerOutbox;                      // [peer], mapped at init
+  std::vector<char> sameProcess;                       // [peer]: a rank of this process
+  std::unordered_map<std::string, void *> imports;     // peer allocation id -> mapped base
+  std::vector<char> ctrl;                              // control messages of a stage
+  std::vector<Xfer> xfers;
+};
+
+struct ExecState {
+  explicit ExecState(const ExecEnv &e);
+  ~ExecState();
+
+  const int rank, nranks, nchannels;
+  DeviceAdapter *const dev;
+  const ExecEnv env;
+  ExecMode mode = ExecMode::Host;
+  bool direct() const { return mode == ExecMode::Direct; }
+  Conn *conn(int peer, int ch = 0) const {
+    return (*env.conns)[static_cast<size_t>(peer * nchannels + ch)].get();
+  }
+
+  FlightRecorder flight;
+  // Every peer has its Conns (else some connect on first use: connectFor).
+  bool allConnected = false;
+
+  // Stream-enqueued work runs in issue order across all streams: a job
+  // takes a ticket when enqueued and runs when its turn comes.
+  std::atomic<uint64_t> nextTicket{0}, doneTicket{0};
+  std::atomic<int> asyncError{flagcxSuccess};
+  std::atomic<bool> aborting{false};
+  std::atomic<int> inFlight{0};  // enqueued jobs not yet finished
+  std::mutex mu;                 // guards lastError and the job pool
+  std::string lastError;
+  std::vector<std::unique_ptr<Job>> jobs;  // every job ever made
+  std::vector<Job *> freeJobs;             // the idle ones
+  uint64_t collSeq = 0;  // collectives issued (the same sequence on every rank)
+  uint64_t curTag = 0;   // tag of the operation running (for error frames)
+
+  // Working buffers (only one job runs at a time).  Host mode: the heap.
+  std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
+  std::vector<char> bufStageIn, bufStageOut;  // staged mode without page-locked memory
+  // Direct mode: device memory; staged mode: page-locked host memory.
+  GrowBuf dScratch, dInPlace, dInAlt, dOutAlt, dStageIn, dStageOut;
+  GrowBuf pStageIn, pStageOut;
+  StageGate gate;
+  StageSink sink;
+  DirectState dx;
+  // Scratch of the stage loop, kept for their capacity.
+  std::vector<int> scratchCounts;
+  std::vector<char> scratchFlags;
+  std::vector<size_t> scratchDispls;
+  std::vector<int> scratchLastWrite;
+  std::vector<Xfer> scratchXfers;
+  std::vector<int> scratchPeers;
+};
+
+// xfer.cc: connect to the peers among `peers` that have no Conn yet (a
+// no-op once every peer has one); then post and progress every message of `xs` until all complete.
+flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers);
+flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                        flagcxRedOp_t op, const char *what);
+// coll_run.cc: one collective, its buffers as given (host or, in direct
+// mode, device memory).
+flagcxResult_t runColl(ExecState *s, CollItem &ci);
+// p2p_run.cc
+flagcxResult_t runP2P(ExecState *s, std::vector<P2PItem> &items);
+// staging.cc: device buffers through host copies (staged mode) or device
+// working buffers (direct mode with host buffers).
+size_t elemsIn(const CollItem &ci, int nranks);
+size_t elemsOut(const CollItem &ci, int nranks);
+flagcxResult_t runCollStaged(ExecState *s, CollItem &ci);
+flagcxResult_t runP2PStaged(ExecState *s, std::vector<P2PItem> &items);
+void reserveStaged(Job *j);
+flagcxResult_t gateReady(ExecState *s, const char *p, size_t len, bool *ok);
+flagcxResult_t gateWait(ExecState *s, const char *p, size_t len);
+// direct.cc
+flagcxResult_t setupDirect(ExecState *s, bool canDirect);
+void releaseDirect(ExecState *s);
+flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                              flagcxRedOp_t op, const char *what);
+flagcxResult_t runP2PDirect(ExecState *s, std::vector<P2PItem> &items);
+flagcxResult_t reserveDirect(Job *j);
+
+}  // namespace flagcx

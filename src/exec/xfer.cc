@@ -1,0 +1,156 @@
+// Posting and progressing the messages of one stage (or one group of
+// sends and receives) on the transports, with the per-Conn limits, the
+// idle sweep that notices a peer that gave up, and FLAGCX_TIMEOUT.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "adapters/device/adapter.h"
+#include "base/backoff.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "exec/state.h"
+#include "net/tags.h"
+#include "rendezvous/bootstrap.h"
+
+namespace flagcx {
+
+namespace {
+bool everyPeerConnected(const ExecState *s) {
+  for (int p = 0; p < s->nranks; p++)
+    if (p != s->rank && !s->conn(p)) return false;
+  return true;
+}
+}  // namespace
+
+flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers) {
+  std::vector<int> &want = s->scratchPeers;
+  want.clear();
+  for (int p : peers)
+    if (p != s->rank && !s->conn(p)) want.push_back(p);
+  if (want.empty()) return flagcxSuccess;
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  if (!s->env.connect) {
+    WARN(kNet, "rank %d: no connection to rank %d and no way to make one", s->rank, want[0]);
+    return flagcxInternalError;
+  }
+  TRACE(kNet, "rank %d: connecting to %zu more peer(s) on first use", s->rank, want.size());
+  std::vector<int> copy = want;  // the callee may use the scratch vectors
+  FLAGCX_CHECK(s->env.connect(copy));
+  s->allConnected = everyPeerConnected(s);
+  return flagcxSuccess;
+}
+
+// Post and progress every transfer in `xs`; keep per-Conn posting order and
+// the per-Conn limit on outstanding requests.  Sends and receives are
+// ordered separately on a Conn, so each direction has its own half of the
+// limit: a long run of sends can never keep the receives that its peer needs
+// from being posted (that deadlocked large exchanges).
+flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                        flagcxRedOp_t op, const char *what) {
+  if (xs.empty()) return flagcxSuccess;
+  size_t ts = dtypeSize(dt);
+  size_t remaining = xs.size();
+  Backoff wait;
+  std::vector<int> &outstanding = s->scratchCounts;
+  outstanding.assign(static_cast<size_t>(2 * s->nranks * s->nchannels), 0);
+  std::vector<char> &blocked = s->scratchFlags;
+  constexpr int kLimit = Conn::kMaxPosted / 2 - 8;  // per direction
+  unsigned idleRounds = 0;
+  while (remaining > 0) {
+    if (s->aborting) return flagcxRemoteError;
+    bool progressed = false;
+    // Post what fits, in order per Conn.
+    blocked.assign(outstanding.size(), 0);
+    for (auto &x : xs) {
+      if (x.posted) continue;
+      size_t ci = static_cast<size_t>(2 * (x.peer * s->nchannels + x.ch) + (x.isSend ? 1 : 0));
+      if (blocked[ci] || outstanding[ci] >= kLimit) {
+        blocked[ci] = 1;
+        continue;
+      }
+      if (x.isSend && s->gate.base) {  // its bytes may still be on their way from the device
+        bool ready = false;
+        FLAGCX_CHECK(gateReady(s, x.buf, x.bytes, &ready));
+        if (!ready) {
+          blocked[ci] = 1;
+          continue;
+        }
+      }
+      flagcxResult_t r = x.isSend ? x.conn->isend(x.buf, x.bytes, x.tag, &x.req)
+                                  : x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
+      if (r != flagcxSuccess) {
+        std::string cause = lastErrorText();  // the transport's own line, if any
+        WARN(kColl, "rank %d: %s: posting a %s of %zu bytes %s rank %d failed: %s", s->rank,
+             what, x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
+             cause.c_str());
+        return r;
+      }
+      x.posted = true;
+      outstanding[ci]++;
+      progressed = true;
+    }
+    for (auto &x : xs) {
+      if (!x.posted || x.done) continue;
+      bool done = false;
+      size_t got = 0;
+      flagcxResult_t r = x.conn->test(x.req, &done, &got);
+      if (r != flagcxSuccess) {
+        std::string cause = lastErrorText();  // the transport's own line
+        WARN(kColl, "rank %d: %s: %s of %zu bytes %s rank %d (%s) failed: %s", s->rank, what,
+             x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
+             s->env.bs->peers()[static_cast<size_t>(x.peer)].host, cause.c_str());
+        return r;
+      }
+      if (!done) continue;
+      if (!x.isSend && got != x.bytes) {
+        WARN(kColl, "rank %d: %s: received %zu bytes from rank %d, expected %zu (mismatched "
+             "calls?)", s->rank, what, got, x.peer, x.bytes);
+        return flagcxInvalidUsage;
+      }
+      // Host memory only here (device buffers are staged or go direct).
+      if (x.reduceDst && x.bytes)
+        FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceDst, x.buf, x.bytes / ts, dt, op));
+      x.done = true;
+      remaining--;
+      progressed = true;
+      outstanding[static_cast<size_t>(2 * (x.peer * s->nchannels + x.ch) + (x.isSend ? 1 : 0))]--;
+    }
+    if (progressed) {
+      wait.progressed();
+      idleRounds = 0;
+      continue;
+    }
+    // Now and then, look at every peer: one that gave up (an error frame)
+    // fails this operation at once, even when this stage waits on others.
+    if (++idleRounds % 256 == 0) {
+      for (auto &c : *s->env.conns) {
+        if (!c) continue;
+        flagcxResult_t r = c->progress();
+        // A peer that gave up on a later call finished this one: what it sent
+        // for it arrived before its error frame, and test() hands it over.
+        // The next call fails on that Conn, naming both sides.
+        if (r == flagcxSuccess || laterCall(c->peerGaveUpOn(), s->curTag)) continue;
+        std::string cause = lastErrorText();
+        WARN(kColl, "rank %d: %s: rank %d failed: %s", s->rank, what, c->peer(), cause.c_str());
+        return r;
+      }
+    }
+    if (wait.expired()) {
+      std::string pending;
+      for (auto &x : xs)
+        if (!x.done && pending.size() < 200)
+          pending += std::string(pending.empty() ? "" : ", ") + (x.isSend ? "send to " : "recv from ") +
+                     std::to_string(x.peer);
+      WARN(kColl, "rank %d: %s: nothing moved for FLAGCX_TIMEOUT=%llds; still waiting on: %s",
+           s->rank, what, static_cast<long long>(paramInt(Param::TIMEOUT)), pending.c_str());
+      return flagcxSystemError;
+    }
+    wait.idle();
+  }
+  return flagcxSuccess;
+}
+
+}  // namespace flagcx
