@@ -5,8 +5,8 @@ from elsewhere hits both alike).
     ./run.sh bench_allreduce.py                           # CPU: flagcx vs gloo, 1 MiB..256 MiB
     ./run.sh bench_allreduce.py --device cuda --compare nccl   # GPU (torch 2.x)
 
-Per size: `--iters` timed calls after `--warmup`, in `--rounds` alternating
-rounds; the time is the slowest rank's average per call; busbw = bytes/time
+Per size: one buffer per backend, `--warmup` calls, then `--iters` timed
+calls in each of `--rounds` alternating rounds; the time is the slowest rank's average per call; busbw = bytes/time
 x 2(n-1)/n.  Every result is checked (a wrong sum exits non-zero).
 """
 import argparse
@@ -79,14 +79,17 @@ size = args.min_bytes
 while size <= args.max_bytes:
     n = size // 4
     best = {}
+    bufs = {}
     for name, group in groups.items():
-        t = torch.ones(n, dtype=torch.float32, device=dev)
+        # One buffer per backend and size, warmed up and reused (as
+        # nccl-tests does): first use of a new buffer may cost set-up.
+        t = bufs[name] = torch.ones(n, dtype=torch.float32, device=dev)
         for _ in range(args.warmup):
             dist.all_reduce(t, group=group)
         best[name] = []
     for _ in range(args.rounds):
         for name, group in groups.items():
-            t = torch.ones(n, dtype=torch.float32, device=dev)
+            t = bufs[name].fill_(1.0)
             best[name].append(timed(group, t, args.iters))
             # ones summed `iters` times over `world` ranks: exact in float32 for small counts
             want = float(world) ** args.iters
