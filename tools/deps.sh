@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config g++ libluajit-5.1-dev libyaml-cpp-dev libgtest-dev
       libgmock-dev googletest libmpich-dev mpich libibverbs-dev librdmacm-dev graphviz
-      python3-matplotlib iproute2 util-linux)
+      python3-matplotlib iproute2 util-linux python3-torch libtorch-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

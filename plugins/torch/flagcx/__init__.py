@@ -1,0 +1,85 @@
+"""flagcx for PyTorch: ``import flagcx`` registers the torch.distributed backend "flagcx".
+
+    import torch.distributed as dist
+    import flagcx
+    dist.init_process_group("flagcx")           # CPU tensors; CUDA ones on a GPU build
+    dist.init_process_group("cpu:gloo,cuda:flagcx")   # torch 2.x: one backend per device
+
+Launchers: torchrun sets RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT itself.  Under
+MPICH's or Open MPI's mpiexec, call ``flagcx.env_from_mpi()`` before
+init_process_group (it maps PMI_RANK/PMI_SIZE and friends to torch's names).
+"""
+import inspect
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+from ._C import ProcessGroupFlagcx
+
+__all__ = ["ProcessGroupFlagcx", "device", "version", "env_from_mpi", "BACKEND"]
+
+BACKEND = "flagcx"
+
+
+def device():
+    """The device flagcx drives in this process: 'host' or the GPU vendor."""
+    return _C.device()
+
+
+def version():
+    """What flagcxGetVersion reports, as 'major.minor.patch' (the FlagCX API
+    level the library implements)."""
+    v = _C.version()
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupFlagcx(store, rank, size, timeout)
+
+
+def _register():
+    if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if "devices" in params:
+        # torch 2.x: one backend object per device type of a process group.
+        devices = ["cpu", "cuda"] if _C.cuda else ["cpu"]
+        dist.Backend.register_backend(BACKEND, _create, devices=devices)
+    else:
+        dist.Backend.register_backend(BACKEND, _create)
+
+
+def env_from_mpi(master_addr="127.0.0.1"):
+    """Fills RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from an MPI
+    launcher's variables (MPICH/Hydra: PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
+    MPI_LOCALNRANKS; Open MPI: OMPI_COMM_WORLD_*) where torch's are unset, and
+    MASTER_ADDR with `master_addr`.  MASTER_PORT must be set by the caller
+    (e.g. ``mpiexec -n 2 -env MASTER_PORT 29500 ...``).  Returns (rank, world_size)."""
+    env = os.environ
+    sources = {
+        "RANK": ("PMI_RANK", "OMPI_COMM_WORLD_RANK"),
+        "WORLD_SIZE": ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"),
+        "LOCAL_RANK": ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        "LOCAL_WORLD_SIZE": ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    }
+    for name, names in sources.items():
+        if name in env:
+            continue
+        for src in names:
+            if src in env:
+                env[name] = env[src]
+                break
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        raise RuntimeError("flagcx.env_from_mpi: no RANK/WORLD_SIZE and no MPI launcher "
+                           "variables (PMI_RANK/PMI_SIZE or OMPI_COMM_WORLD_RANK/SIZE)")
+    env.setdefault("LOCAL_RANK", env["RANK"])
+    env.setdefault("MASTER_ADDR", master_addr)
+    if "MASTER_PORT" not in env:
+        raise RuntimeError("flagcx.env_from_mpi: MASTER_PORT is not set (pass it to the "
+                           "launcher, e.g. mpiexec -env MASTER_PORT 29500)")
+    return int(env["RANK"]), int(env["WORLD_SIZE"])
+
+
+_register()
