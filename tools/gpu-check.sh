@@ -72,7 +72,7 @@ fi
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   say "prebuilt binaries in $B"
 elif [ ! -f "$B/build.ninja" ]; then
-  meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 >"$OUTDIR/setup.log" 2>&1 ||
+  meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
 targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_nccl tests/mr/test_mr_coll"

@@ -33,7 +33,7 @@
 #            the drop-in vs gloo (real NCCL refuses two ranks on one GPU)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+REPO=$PWD  # (not ROOT: tools/carried-deps.sh sets that)
 B=${1:-build-dropin}
 O=${OUT:-$B/nccl-dropin}
 STAGES=${NCCLX_STAGES:-build,tests,single,compare,procs,same,torch}
@@ -64,11 +64,13 @@ if [ -z "${REAL_NCCL:-}" ]; then
   REAL_NCCL=$(python3 -c 'import os, nvidia.nccl as m; print(next(os.path.join(d, "lib", "libnccl.so.2") for d in m.__path__ if os.path.exists(os.path.join(d, "lib", "libnccl.so.2"))))' 2>/dev/null)
 fi
 if [ -z "${REAL_NCCL:-}" ]; then
-  REAL_NCCL=$(find /usr/lib /usr/local /opt -name 'libnccl.so.2' 2>/dev/null | grep -v "$ROOT" | head -1)
+  REAL_NCCL=$(find /usr/lib /usr/local /opt -name 'libnccl.so.2' 2>/dev/null | grep -v "$REPO" | head -1)
 fi
 REAL_NCCL=$(readlink -f "$REAL_NCCL" 2>/dev/null || true)
 NCCL_INC=
-for d in /usr/local/cuda/include /usr/include "$(dirname "$REAL_NCCL")/../include"; do
+# NCCL 2.28.9's header first when it was carried (.carry/nccl-h: the ABI the
+# drop-in stands in for; the GPU image's /usr/include may hold an older one).
+for d in "$REPO/.carry/nccl-h" /usr/local/cuda/include /usr/include "$(dirname "$REAL_NCCL")/../include"; do
   [ -f "$d/nccl.h" ] && { NCCL_INC=$d; break; }
 done
 {
@@ -79,12 +81,12 @@ done
 } | tee -a "$O/summary.txt"
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-DROPIN=$ROOT/$B/plugins/nccl
+DROPIN=$REPO/$B/plugins/nccl
 # The drop-in's environment: flagcx's pass-through must reach the real NCCL
 # by path (the drop-in is libnccl.so.2 too).
 dropin_env() {
-  env LD_LIBRARY_PATH="$DROPIN:$ROOT/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      FLAGCX_NCCL_LIB="$REAL_NCCL" FLAGCX_DATA_DIR="$ROOT" FLAGCX_TIMEOUT=60 "$@"
+  env LD_LIBRARY_PATH="$DROPIN:$REPO/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      FLAGCX_NCCL_LIB="$REAL_NCCL" FLAGCX_DATA_DIR="$REPO" FLAGCX_TIMEOUT=60 "$@"
 }
 real_env() {
   env LD_LIBRARY_PATH="$(dirname "$REAL_NCCL")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
@@ -94,7 +96,7 @@ real_env() {
 if want build; then
   {
     [ -f "$B/build.ninja" ] || meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dnccl_dropin=enabled \
-      -Dgpu_archs=90 -Dmpi=disabled -Dtorch=disabled
+      -Dgpu_archs=90 -Dmpi=disabled -Dtorch=disabled -Dc_args="-I$NCCL_INC" -Dcpp_args="-I$NCCL_INC"
     # Only what the stages use (the whole tree takes longer than the budget).
     ninja -C "$B" libflagcx.so plugins/nccl/libnccl.so.2.28.9 &&
     ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog &&
@@ -103,7 +105,7 @@ if want build; then
   } > "$O/build.log" 2>&1
   result build $? "flagcx + drop-in ($(ls "$DROPIN"/libnccl.so.2* 2>/dev/null | head -1))"
 fi
-NT=$ROOT/$B/nccl-tests
+NT=$REPO/$B/nccl-tests
 if want build; then
   TGZ=${NCCL_TESTS_TGZ:-}
   for c in shared/third_party/nccl-tests.tar.gz ../shared/third_party/nccl-tests.tar.gz; do
@@ -121,13 +123,13 @@ if want build; then
     MPI_INC=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
     MPI_HOME=$(dirname "${MPI_INC:-/usr/lib/x86_64-linux-gnu/openmpi/include}")
     make -C "$B/nccl-tests-src" -j"$(nproc)" MPI=1 MPI_HOME="$MPI_HOME" \
-      NCCL_HOME="$ROOT/$B/nccl-home" CUDA_HOME=/usr/local/cuda \
+      NCCL_HOME="$REPO/$B/nccl-home" CUDA_HOME=/usr/local/cuda \
       NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$NT"
     # The same program links the drop-in by name: which libnccl.so.2 runs is
     # LD_LIBRARY_PATH's choice.
     readelf -d "$NT/all_reduce_perf" | grep -E 'NEEDED.*nccl'
     nvcc -O2 -std=c++17 -I"$NCCL_INC" plugins/nccl/tests/same_process_gpu.cc -o "$NT/same_process_gpu" \
-      -L"$DROPIN" -L"$ROOT/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$ROOT/$B"
+      -L"$DROPIN" -L"$REPO/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$REPO/$B"
   ) > "$O/nccl-tests-build.log" 2>&1
   result nccl-tests $? "built against the drop-in (MPI=1): $NT"
 fi
@@ -136,7 +138,10 @@ OPS="all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv"
 # 0 wrong: every '# Out of bounds values : 0 OK' line, and exit status 0.
 check_log() {  # log rc -> 0 when clean
   local log=$1 rc=$2
-  [ "$rc" = 0 ] && grep -q 'Out of bounds values : 0 OK' "$log" && ! grep -q 'FAILED' "$log"
+  # ... and the library that ran was the drop-in (it reports 22809; the GPU
+  # image's NCCL is another 2.28.x), else a broken path silently tests NCCL.
+  [ "$rc" = 0 ] && grep -q 'Out of bounds values : 0 OK' "$log" && ! grep -q 'FAILED' "$log" &&
+    grep -q 'nccl-library=22809' "$log"
 }
 
 # ---- the flagcx tests of the drop-in, on this machine ----
@@ -226,8 +231,8 @@ if want procs; then
   bad=0
   for op in $OPS; do
     timeout 150 mpirun -np 2 --bind-to none --allow-run-as-root --oversubscribe \
-      -x LD_LIBRARY_PATH="$DROPIN:$ROOT/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      -x FLAGCX_NCCL_LIB="$REAL_NCCL" -x FLAGCX_DATA_DIR="$ROOT" -x FLAGCX_TIMEOUT=60 \
+      -x LD_LIBRARY_PATH="$DROPIN:$REPO/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      -x FLAGCX_NCCL_LIB="$REAL_NCCL" -x FLAGCX_DATA_DIR="$REPO" -x FLAGCX_TIMEOUT=60 \
       -x NCCL_NVLS_ENABLE -x NCCL_TESTS_DEVICE=0 \
       "$NT/${op}_perf" -b 8 -e 16M -f 4 -g 1 -c 1 -n 5 -w 2 > "$O/procs-$op.log" 2>&1
     rc=$?
