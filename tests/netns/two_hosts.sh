@@ -34,6 +34,6 @@ wait $pa || ok=1
 wait $pb || ok=1
 cat "$logA" "$logB"
 grep -q "2 host(s)" "$logA" || { echo "FAIL: rank 0 did not see two hosts"; ok=1; }
-grep -q "1 socket peer(s)" "$logB" || { echo "FAIL: rank 1 did not use the socket transport"; ok=1; }
+grep -q "connected to 1 peer(s) over socket" "$logB" || { echo "FAIL: rank 1 did not use the socket transport"; ok=1; }
 rm -f "$logA" "$logB"
 exit $ok
