@@ -29,6 +29,13 @@ X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress th
 X(NET_CHUNK_SIZE, Int, "524288", "bytes of a pipeline slice for large messages")
 X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")
+X(NET, Str, "", "transport for peers on other hosts: IB (verbs; fail without an active RDMA port) or Socket; empty: verbs when every end has an active port, else sockets")
+X(IB_HCA, Str, "", "RDMA devices and ports the verbs transport may use: name[:port],...; prefix match, = for exact names, ^ to exclude")
+X(IB_GID_INDEX, Int, "0", "verbs: GID table index for RoCE ports (InfiniBand ports use the LID)")
+X(IB_TIMEOUT, Int, "20", "verbs: queue pair local ACK timeout exponent (4.096 us * 2^value per try)")
+X(IB_RETRY_CNT, Int, "7", "verbs: transport retries before a queue pair reports its peer unreachable")
+X(IB_QPS_PER_CONNECTION, Int, "1", "verbs: queue pairs per connection; large messages are striped over them")
+X(IB_SOFTWARE_DEVICE, Int, "0", "TESTS ONLY: 1 replaces the RDMA devices with a software device (shared memory, same host); 2 also carries same-host peers over it instead of shm")
 
 // Algorithms and tuning
 X(ALGO_PATH, Str, "", "folder of user algorithm scripts, searched before the shipped ones")

@@ -13,6 +13,7 @@
 #include "base/params.h"
 #include "adapters/ccl/ccl.h"
 #include "exec/enqueue.h"
+#include "net/ibverbs/ib_transport.h"
 #include "sched/algo_set.h"
 
 namespace flagcx {
@@ -199,6 +200,10 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
     bool same = peers[static_cast<size_t>(r)].hostHash == self.hostHash;
     (same && !shmOff ? shmPeers : sockPeers).push_back(r);
   }
+  // Network peers over verbs where both ends have an RDMA port (collective).
+  std::vector<int> ibPeers;
+  std::unique_ptr<Transport> ib;  // its Conns keep what they need alive
+  FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &ib));
   comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
   // Every rank calls connectAll for both transports (possibly with no peers)
   // so that collective set-up steps inside them line up.
@@ -207,8 +212,9 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   struct Plan {
     Transport *t;
     std::vector<int> *peers;
-  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
+  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}, {ib.get(), &ibPeers}};
   for (auto &pl : plans) {
+    if (pl.t == nullptr) continue;  // ib: no verbs peers
     std::vector<std::unique_ptr<Conn>> conns;
     flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
     if (r != flagcxSuccess) {
@@ -235,9 +241,9 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   FLAGCX_CHECK(chooseDirect(comm.get()));
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
-       "%zu shm peer(s), %zu socket peer(s), %d channel(s)%s", rank, nranks, dev->name(),
-       self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
-       sockPeers.size(), comm->nchannels,
+       "%zu shm peer(s), %zu socket peer(s), %zu verbs peer(s), %d channel(s)%s", rank, nranks,
+       dev->name(), self.host, comm->localRank, comm->localRanks, comm->nNodes, shmPeers.size(),
+       sockPeers.size(), ibPeers.size(), comm->nchannels,
        comm->ccl ? ", vendor CCL" : comm->direct ? ", device buffers by CUDA IPC" : "");
   {
     std::lock_guard<std::mutex> lk(g_liveMu);

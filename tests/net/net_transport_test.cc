@@ -57,11 +57,14 @@ struct Variant {
   const char *transport;
   int lanes;
 };
-const Variant kVariants[] = {{"shm", "shm", 1}, {"socket", "socket", 1}, {"socket3", "socket", 3}};
+// ib: the verbs transport on the software RDMA device; lanes = queue pairs.
+const Variant kVariants[] = {{"shm", "shm", 1},    {"socket", "socket", 1}, {"socket3", "socket", 3},
+                             {"ib", "ib", 1},      {"ib3", "ib", 3}};
 
 RunOptions optsFor(const Variant &v) {
   RunOptions o;
   o.env.push_back({"FLAGCX_NSOCKS_PERTHREAD", std::to_string(v.lanes)});
+  o.env.push_back({"FLAGCX_IB_QPS_PER_CONNECTION", std::to_string(v.lanes)});
   o.env.push_back({"FLAGCX_SOCKET_NTHREADS", "1"});
   o.env.push_back({"FLAGCX_TIMEOUT", "20"});
   return o;

@@ -1,5 +1,7 @@
 #include "tests/net/rank_harness.h"
 
+#include "net/ibverbs/ib_transport.h"
+
 #include <dirent.h>
 #include <sched.h>
 #include <signal.h>
@@ -127,6 +129,11 @@ std::unique_ptr<flagcx::Bootstrap> makeBootstrap(int rank, int nranks, const fla
 
 std::unique_ptr<flagcx::Transport> makeTransport(const std::string &name) {
   if (name == "shm") return flagcx::makeShmTransport();
+  if (name == "ib") {  // verbs on the software device (tests only)
+    std::unique_ptr<flagcx::rdma::Device> dev;
+    flagcx::rdma::openSoftDevice(&dev);
+    return flagcx::makeIbTransport(std::move(dev));
+  }
   return flagcx::makeSocketTransport();
 }
 
