@@ -86,6 +86,11 @@ class IbPipe final : public Pipe {
   IbPipe(PeerDesc d, std::shared_ptr<rdma::Device> dev, std::shared_ptr<rdma::RegCache> cache)
       : desc_(std::move(d)), dev_(std::move(dev)), cache_(std::move(cache)) {}
   ~IbPipe() override {
+    // Let the last writes (an error frame, say) leave before the queue pair
+    // goes; bounded, since the peer may be gone.
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+    while (qp_ && inflight_ > 0 && !broken() && std::chrono::steady_clock::now() < until)
+      if (pump() != flagcxSuccess) break;
     qp_.reset();  // no more writes into our memory after this
     if (mr_) cache_->put(mr_);
     if (block_) {

@@ -256,7 +256,9 @@ class SoftQp final : public Qp {
       WARN(kNet, "ib software device: %s of %" PRIu64 " bytes at %p: lkey 0x%x does not cover it",
            opcodeName(wr.op), len, wr.local, wr.lkey);
       fail(WcStatus::LocalProtection);
+      return flagcxSuccess;
     }
+    pushPending();  // the doorbell: the request starts now if the ring has room
     return flagcxSuccess;
   }
 
