@@ -414,33 +414,23 @@ class SoftQp final : public Qp {
       if (!discard_) copyOut(body, reinterpret_cast<void *>(m.remote), m.length);
       inLen_ += m.length;
       if (!m.last) return true;
-      if (!discard_ && m.op == Opcode::WriteImm) {
-        Completion c;
-        c.wrId = rq_.front();
-        rq_.pop_front();
-        c.op = Opcode::Recv;
-        c.imm = m.imm;
-        c.length = static_cast<uint32_t>(inLen_);
-        cq_.push_back(c);
-      }
-      r.kind = discard_ ? Kind::Nak : Kind::Ack;
-      r.status = WcStatus::RemoteAccess;
-      discard_ = false;
+      uint64_t len = inLen_;
       inLen_ = 0;
+      if (discard_) return discard_ = false, refuse();
+      if (m.op == Opcode::WriteImm) {
+        cq_.push_back(Completion{rq_.front(), Opcode::Recv, WcStatus::Success, m.imm,
+                                 static_cast<uint32_t>(len)});
+        rq_.pop_front();
+      }
+      r.kind = Kind::Ack;
       owed_.push_back(Owed{r});
-      if (r.kind == Kind::Nak) pushPending(), fail(WcStatus::Flushed);
       return true;
     }
     if (m.op == Opcode::Read) {
       if (!mrs_->check(m.rkey, m.remote, m.b, kRemoteRead)) {
         WARN(kNet, "ib software device: the peer's read of %" PRIu64 " bytes at 0x%" PRIx64 " refused (rkey 0x%x)",
              m.b, m.remote, m.rkey);
-        r.kind = Kind::Nak;
-        r.status = WcStatus::RemoteAccess;
-        owed_.push_back(Owed{r});
-        pushPending();
-        fail(WcStatus::Flushed);
-        return true;
+        return refuse();
       }
       r.kind = Kind::ReadData;
       r.length = static_cast<uint32_t>(m.b);
@@ -452,12 +442,7 @@ class SoftQp final : public Qp {
     if (m.remote % 8 != 0 || !mrs_->check(m.rkey, m.remote, 8, kRemoteAtomic)) {
       WARN(kNet, "ib software device: the peer's %s at 0x%" PRIx64 " refused (rkey 0x%x)",
            opcodeName(m.op), m.remote, m.rkey);
-      r.kind = Kind::Nak;
-      r.status = WcStatus::RemoteAccess;
-      owed_.push_back(Owed{r});
-      pushPending();
-      fail(WcStatus::Flushed);
-      return true;
+      return refuse();
     }
     std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t *>(m.remote));
     uint64_t old;
@@ -470,6 +455,17 @@ class SoftQp final : public Qp {
     r.kind = Kind::AtomicOld;
     r.a = old;
     owed_.push_back(Owed{r});
+    return true;
+  }
+
+  // Answer a request with a NAK; this side's queue pair fails too.
+  bool refuse() {
+    Msg r{};
+    r.kind = Kind::Nak;
+    r.status = WcStatus::RemoteAccess;
+    owed_.push_back(Owed{r});
+    pushPending();
+    fail(WcStatus::Flushed);
     return true;
   }
 
