@@ -48,7 +48,13 @@ flagcxResult_t ibSplitPeers(Bootstrap &bs, std::vector<int> *shmPeers, std::vect
   const int32_t mine = have[static_cast<size_t>(me)];
   auto take = [&](std::vector<int> *from) {
     std::vector<int> keep;
-    for (int r : *from) (mine != 0 && have[static_cast<size_t>(r)] == mine ? *ibPeers : keep).push_back(r);
+    const auto &info = bs.peers();
+    for (int r : *from) {
+      // The software device reaches only processes of this host.
+      bool reach = mine != 0 && have[static_cast<size_t>(r)] == mine &&
+                   (mine != 2 || info[static_cast<size_t>(r)].hostHash == info[static_cast<size_t>(me)].hostHash);
+      (reach ? *ibPeers : keep).push_back(r);
+    }
     *from = std::move(keep);
   };
   take(netPeers);
