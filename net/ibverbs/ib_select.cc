@@ -73,7 +73,7 @@ flagcxResult_t ibSplitPeers(Bootstrap &bs, std::vector<int> *shmPeers, std::vect
          why.c_str(), netPeers->empty() ? "" : ", the others over sockets (no usable device at their end)");
     *ib = makeIbTransport(std::move(shared));
   } else if (!netPeers->empty()) {
-    INFO(kInit, "rank %d: %zu other-host peer(s) over sockets: %s", me, netPeers->size(),
+    INFO(kInit, "rank %d: %zu network peer(s) over sockets: %s", me, netPeers->size(),
          mine == 0 ? why.c_str() : "the peers have no usable RDMA device");
   }
   return flagcxSuccess;

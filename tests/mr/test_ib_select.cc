@@ -84,7 +84,7 @@ TEST(IbSelect, NetworkPeersUseVerbsWhenEveryEndHasAPort) {
 TEST(IbSelect, NetSocketForcesSockets) {
   auto env = logEnv({{"FLAGCX_IB_SOFTWARE_DEVICE", "2"}, {"FLAGCX_NET", "Socket"}, {"FLAGCX_SHM_DISABLE", "1"}});
   auto res = mr::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
-    return initAllreduce(rank, nranks, id, "1 other-host peer(s) over sockets: FLAGCX_NET=Socket");
+    return initAllreduce(rank, nranks, id, "1 network peer(s) over sockets: FLAGCX_NET=Socket");
   }, env, 120);
   EXPECT_TRUE(res.allOk()) << res.describe();
 }
