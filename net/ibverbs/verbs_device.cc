@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -118,6 +119,7 @@ struct Ctx {
   ibv_port_attr attr{};
   ibv_gid gid{};
   int gidIndex = 0;
+  uint8_t rdAtom = 1, initRdAtom = 1;  // the device's limits, at most 16
   ~Ctx() {
     if (pd) a->deallocPd(pd);
     if (ctx) a->closeDevice(ctx);
@@ -213,7 +215,7 @@ class VerbsQp final : public Qp {
     at.path_mtu = static_cast<ibv_mtu>(std::min<int>(w.mtu, c_->attr.active_mtu));
     at.dest_qp_num = w.qpn;
     at.rq_psn = w.psn;
-    at.max_dest_rd_atomic = 16;
+    at.max_dest_rd_atomic = c_->rdAtom;
     at.min_rnr_timer = 12;
     at.ah_attr.port_num = c_->port;
     if (c_->attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
@@ -234,7 +236,7 @@ class VerbsQp final : public Qp {
     at.retry_cnt = static_cast<uint8_t>(paramInt(Param::IB_RETRY_CNT));
     at.rnr_retry = 7;
     at.sq_psn = psn_;
-    at.max_rd_atomic = 16;
+    at.max_rd_atomic = c_->initRdAtom;
     if (a->modifyQp(qp_, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
       return sysFail("ibv_modify_qp(RTS)");
@@ -360,6 +362,16 @@ class VerbsDevice final : public Device {
   PortInfo port_;
 };
 
+// As verbs.h's inline ibv_query_port: the provider's extended entry when
+// it has one, else the exported (compat) symbol, which fills the older
+// prefix of the structure.
+int queryPort(const Api *a, ibv_context *ctx, uint8_t port, ibv_port_attr *pa) {
+  memset(pa, 0, sizeof *pa);
+  verbs_context *v = verbs_get_ctx_op(ctx, query_port);
+  if (v != nullptr) return v->query_port(ctx, port, pa, sizeof *pa);
+  return a->queryPort(ctx, port, pa);
+}
+
 }  // namespace
 
 int verbsDeviceCount(std::string *why, std::vector<std::string> *names) {
@@ -408,12 +420,14 @@ flagcxResult_t openVerbsDevice(std::unique_ptr<Device> *out, std::string *why) {
     if (a->queryDevice(c->ctx, &da) != 0) continue;
     for (int p = 1; p <= da.phys_port_cnt && !*out; p++) {
       ibv_port_attr pa{};
-      if (a->queryPort(c->ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
+      if (queryPort(a, c->ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
       bool allowed = hcas.allows(name, p);
       seen += (seen.empty() ? "" : ", ") + name + ":" + std::to_string(p) +
               (pa.state == IBV_PORT_ACTIVE ? " active" : " down") + (allowed ? "" : " (excluded by FLAGCX_IB_HCA)");
       if (!allowed || pa.state != IBV_PORT_ACTIVE) continue;
       c->port = static_cast<uint8_t>(p);
+      c->rdAtom = static_cast<uint8_t>(std::clamp(da.max_qp_rd_atom, 1, 16));
+      c->initRdAtom = static_cast<uint8_t>(std::clamp(da.max_qp_init_rd_atom, 1, 16));
       c->attr = pa;
       c->gidIndex = static_cast<int>(paramInt(Param::IB_GID_INDEX));
       if (pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
