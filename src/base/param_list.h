@@ -29,7 +29,7 @@ X(NSOCKS_PERTHREAD, Int, "1", "socket transport: TCP connections per progress th
 X(NET_CHUNK_SIZE, Int, "524288", "bytes of a pipeline slice for large messages")
 X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")
-X(NET, Str, "", "transport for peers on other hosts: IB (verbs; fail without an active RDMA port) or Socket; empty: verbs when every end has an active port, else sockets")
+X(NET, Str, "", "transport for network peers (other hosts; same host too with FLAGCX_SHM_DISABLE=1): IB (verbs; fail without an active RDMA port) or Socket; empty: verbs when every end has an active port, else sockets")
 X(IB_HCA, Str, "", "RDMA devices and ports the verbs transport may use: name[:port],...; prefix match, = for exact names, ^ to exclude")
 X(IB_GID_INDEX, Int, "0", "verbs: GID table index for RoCE ports (InfiniBand ports use the LID)")
 X(IB_TIMEOUT, Int, "20", "verbs: queue pair local ACK timeout exponent (4.096 us * 2^value per try)")
