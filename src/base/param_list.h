@@ -54,6 +54,13 @@ X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copie
 XCHECK(STAGE_SLICE_SIZE, "4096..1073741824")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")
 XCHECK(NCHANNELS, "1..16")
+X(NET, Str, "", "transport for network peers (other hosts; same host too with FLAGCX_SHM_DISABLE=1): IB (verbs; fail without an active RDMA port) or Socket; empty: verbs when every end has an active port, else sockets")
+X(IB_HCA, Str, "", "RDMA devices and ports the verbs transport may use: name[:port],...; prefix match, = for exact names, ^ to exclude")
+X(IB_GID_INDEX, Int, "0", "verbs: GID table index for RoCE ports (InfiniBand ports use the LID)")
+X(IB_TIMEOUT, Int, "20", "verbs: queue pair local ACK timeout exponent (4.096 us * 2^value per try)")
+X(IB_RETRY_CNT, Int, "7", "verbs: transport retries before a queue pair reports its peer unreachable")
+X(IB_QPS_PER_CONNECTION, Int, "1", "verbs: queue pairs per connection; large messages are striped over them")
+X(IB_SOFTWARE_DEVICE, Int, "0", "TESTS ONLY: 1 replaces the RDMA devices with a software device (shared memory, same host); 2 also carries same-host peers over it instead of shm")
 
 // Algorithms and tuning
 X(ALGO_PATH, Str, "", "folder of user algorithm scripts, searched before the shipped ones")
@@ -116,7 +123,7 @@ XCHECK(P2P_DEST_DEV_AFFINITY, "0..1")
 
 
 // FlagCX 0.13 variables with no effect here: DOC says why.
-#define ACK_NET "flagcx has no InfiniBand, UCX or Gloo transport yet: same-host ranks use shm, other hosts the socket transport"
+#define ACK_NET "the verbs transport (docs/RDMA.md) takes only FLAGCX_NET, FLAGCX_IB_HCA, _GID_INDEX, _TIMEOUT, _RETRY_CNT and _QPS_PER_CONNECTION; there is no UCX or Gloo transport"
 #define ACK_TUNER "algorithms are chosen by config/tuning.yaml rules (FLAGCX_TUNING_FILE, FLAGCX_TUNING_POLICY, FLAGCX_ALGO), always on"
 #define ACK_C2C "inter-cluster algorithms are Lua scripts chosen by the tuner (FLAGCX_ALGO, FLAGCX_ALGO_PATH)"
 #define ACK_UNI "the engine's slicing is FLAGCX_NET_CHUNK_SIZE and FLAGCX_NCHANNELS; it launches no device kernels of its own"
@@ -172,11 +179,7 @@ X(UNIRUNNER_USE_SLICEDAR, Ack, "", ACK_UNI)
 X(UNIRUNNER_NREDSLICES, Ack, "", ACK_UNI)
 X(UNIRUNNER_REDSLICESIZE, Ack, "", ACK_UNI)
 X(IB_DISABLE, Ack, "", ACK_NET)
-X(IB_HCA, Ack, "", ACK_NET)
-X(IB_GID_INDEX, Ack, "", ACK_NET)
 X(IB_ROCE_VERSION_NUM, Ack, "", ACK_NET)
-X(IB_TIMEOUT, Ack, "", ACK_NET)
-X(IB_RETRY_CNT, Ack, "", ACK_NET)
 X(IB_PKEY, Ack, "", ACK_NET)
 X(IB_USE_INLINE, Ack, "", ACK_NET)
 X(IB_SL, Ack, "", ACK_NET)
@@ -186,7 +189,6 @@ X(IB_PCI_RELAXED_ORDERING, Ack, "", ACK_NET)
 X(IB_ADAPTIVE_ROUTING, Ack, "", ACK_NET)
 X(IB_MERGE_VFS, Ack, "", ACK_NET)
 X(IB_MERGE_NICS, Ack, "", ACK_NET)
-X(IB_QPS_PER_CONNECTION, Ack, "", ACK_NET)
 X(IB_SPLIT_DATA_ON_QPS, Ack, "", ACK_NET)
 X(IB_ADDR_FAMILY, Ack, "", ACK_NET)
 X(IB_ADDR_RANGE, Ack, "", ACK_NET)

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "adapters/ccl/ccl.h"
+#include "net/ibverbs/ib_transport.h"
 #include "sched/algo_set.h"
 
 namespace flagcx {
@@ -132,37 +133,55 @@ static flagcxResult_t assignClusters(flagcxComm *comm) {
 }
 
 flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers) {
-  // Same host -> shm (unless disabled), otherwise socket.  Set-up is
+  // Each peer's transport was chosen at init (comm->via).  Set-up is
   // pairwise over the bootstrap: both ranks of a pair call it for each other.
+  Transport *kinds[] = {comm->shm.get(), comm->sock.get(), comm->ib.get()};
+  const size_t nch = static_cast<size_t>(comm->nchannels);
+  for (Transport *t : kinds) {
+    if (!t) continue;
+    std::vector<int> list;
+    for (int r : peers)
+      if (r != comm->rank && !comm->conn(r) && comm->via[static_cast<size_t>(r)] == t &&
+          (list.empty() || list.back() != r))
+        list.push_back(r);
+    if (list.empty()) continue;
+    std::vector<std::unique_ptr<Conn>> conns;
+    flagcxResult_t res = t->connectAll(*comm->bs, list, comm->nchannels, &conns);
+    if (res != flagcxSuccess) {
+      WARN(kInit, "rank %d: connecting to %zu peer(s) over the %s transport failed", comm->rank,
+           list.size(), t->name());
+      return res;
+    }
+    for (size_t i = 0; i < list.size(); i++)
+      for (size_t c = 0; c < nch; c++)
+        comm->conns[static_cast<size_t>(list[i]) * nch + c] = std::move(conns[i * nch + c]);
+    INFO(kInit, "rank %d: connected to %zu peer(s) over %s", comm->rank, list.size(), t->name());
+  }
+  return flagcxSuccess;
+}
+
+// Which transport reaches each peer: same host -> shm (unless disabled),
+// otherwise socket; network peers over verbs where both ends have an RDMA
+// port (ibSplitPeers is collective: every rank calls it once, here).
+static flagcxResult_t chooseTransports(flagcxComm *comm) {
   const auto &all = comm->bs->peers();
   const uint64_t me = all[static_cast<size_t>(comm->rank)].hostHash;
   bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
-  std::vector<int> shmPeers, sockPeers;
-  for (int r : peers) {
-    if (r == comm->rank || comm->conn(r)) continue;
+  std::vector<int> shmPeers, sockPeers, ibPeers;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank) continue;
     bool same = all[static_cast<size_t>(r)].hostHash == me;
     (same && !shmOff ? shmPeers : sockPeers).push_back(r);
   }
-  struct Plan {
-    Transport *t;
-    std::vector<int> *peers;
-  } plans[] = {{comm->shm.get(), &shmPeers}, {comm->sock.get(), &sockPeers}};
-  const size_t nch = static_cast<size_t>(comm->nchannels);
-  for (auto &pl : plans) {
-    if (pl.peers->empty()) continue;
-    std::vector<std::unique_ptr<Conn>> conns;
-    flagcxResult_t r = pl.t->connectAll(*comm->bs, *pl.peers, comm->nchannels, &conns);
-    if (r != flagcxSuccess) {
-      WARN(kInit, "rank %d: connecting to %zu peer(s) over the %s transport failed", comm->rank,
-           pl.peers->size(), pl.t->name());
-      return r;
-    }
-    for (size_t i = 0; i < pl.peers->size(); i++)
-      for (size_t c = 0; c < nch; c++)
-        comm->conns[static_cast<size_t>((*pl.peers)[i]) * nch + c] = std::move(conns[i * nch + c]);
-    INFO(kInit, "rank %d: connected to %zu peer(s) over %s", comm->rank, pl.peers->size(),
-         pl.t->name());
-  }
+  FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &comm->ib));
+  comm->shm = makeShmTransport();
+  comm->sock = makeSocketTransport();
+  comm->via.assign(static_cast<size_t>(comm->nranks), nullptr);
+  for (int r : shmPeers) comm->via[static_cast<size_t>(r)] = comm->shm.get();
+  for (int r : sockPeers) comm->via[static_cast<size_t>(r)] = comm->sock.get();
+  for (int r : ibPeers) comm->via[static_cast<size_t>(r)] = comm->ib.get();
+  INFO(kInit, "rank %d: %zu shm peer(s), %zu socket peer(s), %zu verbs peer(s)", comm->rank,
+       shmPeers.size(), sockPeers.size(), ibPeers.size());
   return flagcxSuccess;
 }
 
@@ -222,8 +241,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   // op but alltoall/alltoallv, whose schedules name every rank), to the
   // others on first use (the executor asks through env.connect).
   comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
-  comm->shm = makeShmTransport();
-  comm->sock = makeSocketTransport();
+  FLAGCX_CHECK(chooseTransports(comm.get()));
   std::vector<int> first;
   if (paramInt(Param::CONNECT_ALL) != 0) {
     for (int r = 0; r < nranks; r++)

@@ -35,7 +35,8 @@ struct flagcxComm {
   int nclusters = 1;
   flagcx::DeviceAdapter *dev = nullptr;
   std::unique_ptr<flagcx::Bootstrap> bs;
-  std::unique_ptr<flagcx::Transport> shm, sock;
+  std::unique_ptr<flagcx::Transport> shm, sock, ib;  // ib: null without verbs peers
+  std::vector<flagcx::Transport *> via;  // [peer]: the transport that reaches it
   // conns[peer * nchannels + ch]; empty for self.
   std::vector<std::unique_ptr<flagcx::Conn>> conns;
   std::unique_ptr<flagcx::AlgoSet> algos;

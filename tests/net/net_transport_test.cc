@@ -19,8 +19,10 @@
 
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/socket.h"
+#include "net/ibverbs/ib_transport.h"
 #include "net/net.h"
 #include "net/socket/socket_transport.h"
+#include "tests/common/bootstrap.h"
 #include "tests/common/harness.h"
 #include "tests/common/inspect.h"
 
@@ -32,19 +34,16 @@ namespace {
 // ---------------------------------------------------------------- rank-side helpers
 
 std::unique_ptr<flagcx::Bootstrap> makeBootstrap(int rank, int nranks, flagcxUniqueId *id) {
-  flagcx::PeerInfo self;
-  char host[64] = {};
-  gethostname(host, sizeof host - 1);
-  self.hostHash = std::hash<std::string>()(host);
-  self.pid = getpid();
-  snprintf(self.host, sizeof self.host, "%s", host);
-  std::unique_ptr<flagcx::Bootstrap> bs;
-  if (flagcx::Bootstrap::create(*id, rank, nranks, self, &bs) != flagcxSuccess) return nullptr;
-  return bs;
+  return harness::makeBootstrap(rank, nranks, *id);
 }
 
 std::unique_ptr<flagcx::Transport> makeTransport(const std::string &name) {
   if (name == "shm") return flagcx::makeShmTransport();
+  if (name == "ib") {  // verbs on the software device (tests only)
+    std::unique_ptr<flagcx::rdma::Device> dev;
+    flagcx::rdma::openSoftDevice(&dev);
+    return flagcx::makeIbTransport(std::move(dev));
+  }
   return flagcx::makeSocketTransport();
 }
 
@@ -120,12 +119,15 @@ struct Variant {
   const char *transport;
   int lanes;
 };
-const Variant kVariants[] = {{"shm", "shm", 1}, {"socket", "socket", 1}, {"socket3", "socket", 3}};
+// ib: the verbs transport on the software RDMA device; lanes = queue pairs.
+const Variant kVariants[] = {{"shm", "shm", 1},    {"socket", "socket", 1}, {"socket3", "socket", 3},
+                             {"ib", "ib", 1},      {"ib3", "ib", 3}};
 
 constexpr int kDeadline = 90;  // seconds a run may take before its ranks are killed
 
 harness::Env envFor(const Variant &v, const char *timeout = "20") {
   return {{{"FLAGCX_NSOCKS_PERTHREAD", std::to_string(v.lanes)},
+           {"FLAGCX_IB_QPS_PER_CONNECTION", std::to_string(v.lanes)},
            {"FLAGCX_SOCKET_NTHREADS", "1"},
            {"FLAGCX_TIMEOUT", timeout}}};
 }

@@ -1,0 +1,391 @@
+// The RDMA-device layer of the verbs transport: the software device's RC
+// semantics between two real processes (writes, write-with-immediate,
+// reads, atomics, order, key/range checks, the error state, a dead peer),
+// the registration cache, FLAGCX_IB_HCA parsing, and the libibverbs binding
+// against ibv_get_device_list (skipped, with the reason, without a device).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "base/params.h"
+#include "net/ibverbs/hca_list.h"
+#include "net/ibverbs/rdma_device.h"
+#include "net/ibverbs/reg_cache.h"
+#include "tests/common/bootstrap.h"
+#include "tests/common/harness.h"
+#include "tests/common/inspect.h"
+
+using namespace flagcx::rdma;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint32_t kTagInfo = 0x74737401;
+constexpr size_t kMem = 1u << 20;
+
+// What one rank tells the other about its queue pairs and memory.
+struct Info {
+  QpAddr qp[3];
+  uint64_t rw, ro;       // a read-write-atomic region, a read-only one
+  uint32_t rwKey, roKey;
+};
+
+struct Side {
+  std::unique_ptr<flagcx::Bootstrap> bs;
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<Qp> qp[3];
+  std::vector<uint64_t> rw = std::vector<uint64_t>(kMem / 8), ro = std::vector<uint64_t>(kMem / 8);
+  std::unique_ptr<Mr> rwMr, roMr;
+  Info peer{};
+};
+
+bool connectSides(Side *s, int rank, int nranks, const flagcxUniqueId &id, int nqp) {
+  s->bs = harness::makeBootstrap(rank, nranks, id);
+  if (!s->bs || openSoftDevice(&s->dev) != flagcxSuccess) return false;
+  Info mine{};
+  for (int i = 0; i < nqp; i++)
+    if (s->dev->createQp(&s->qp[i]) != flagcxSuccess || s->qp[i]->localAddr(&mine.qp[i]) != flagcxSuccess)
+      return false;
+  if (s->dev->regMr(s->rw.data(), kMem, kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic, &s->rwMr) ||
+      s->dev->regMr(s->ro.data(), kMem, kRemoteRead, &s->roMr))
+    return false;
+  mine.rw = reinterpret_cast<uint64_t>(s->rw.data());
+  mine.ro = reinterpret_cast<uint64_t>(s->ro.data());
+  mine.rwKey = s->rwMr->rkey;
+  mine.roKey = s->roMr->rkey;
+  int peer = 1 - rank;
+  if (s->bs->send(peer, kTagInfo, &mine, sizeof mine) || s->bs->recv(peer, kTagInfo, &s->peer, sizeof s->peer))
+    return false;
+  for (int i = 0; i < nqp; i++)
+    if (s->qp[i]->connect(s->peer.qp[i]) != flagcxSuccess) return false;
+  if (s->bs->barrier() != flagcxSuccess) return false;
+  for (int i = 0; i < nqp; i++) s->qp[i]->connected();
+  return true;
+}
+
+// Poll until a completion arrives (or 60 s pass: a failure).
+bool waitOne(Qp *qp, Completion *c) {
+  auto until = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < until)
+    if (qp->poll(c, 1) == 1) return true;
+  return false;
+}
+
+uint8_t pat(size_t i) { return static_cast<uint8_t>(i * 7 + (i >> 9)); }
+
+constexpr uint32_t kImmData = 7, kImmDone = 0xd0de;
+
+// Rank 0 drives; rank 1 only polls (its "NIC" runs in poll) and checks what
+// lands in its memory.
+TEST(SoftDevice, WritesReadsAtomicsInOrder) {
+  auto out = harness::run(2, [](int rank, int nranks, flagcxUniqueId *idp) {
+    const flagcxUniqueId &id = *idp;
+    int failures = 0;
+    Side s;
+    if (!connectSides(&s, rank, nranks, id, 1)) return 1;
+    Qp *qp = s.qp[0].get();
+    char *mem = reinterpret_cast<char *>(s.rw.data());
+    const uint32_t kFirst = 64 << 10, kSecond = 300 << 10;  // the second spans several pieces
+    if (rank == 1) {
+      for (int i = 0; i < 4; i++) RANK_EXPECT(qp->postRecv(100 + i) == flagcxSuccess, "postRecv");
+      for (bool done = false; !done;) {
+        Completion c;
+        RANK_EXPECT(waitOne(qp, &c), "no completion");
+        if (failures) break;
+        RANK_EXPECT(c.op == Opcode::Recv && c.status == WcStatus::Success, "recv completion: %s",
+                 wcStatusName(c.status));
+        if (c.imm == kImmDone) {
+          done = true;
+        } else {
+          // RC order: the unsignaled write before this one landed too.
+          RANK_EXPECT(c.imm == kImmData && c.length == kSecond && c.wrId == 100, "imm %u length %u", c.imm, c.length);
+          for (size_t i = 0; i < kFirst + kSecond && failures == 0; i++)
+            RANK_EXPECT(static_cast<uint8_t>(mem[i]) == pat(i), "byte %zu wrong at the receive completion", i);
+        }
+      }
+      RANK_EXPECT(s.rw[kMem / 8 - 1] == 99, "atomics left %llu", static_cast<unsigned long long>(s.rw[kMem / 8 - 1]));
+      RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+      return failures;
+    }
+    for (size_t i = 0; i < kFirst + kSecond; i++) mem[i] = static_cast<char>(pat(i));
+    uint64_t base = s.peer.rw;
+    SendWr w;
+    w.op = Opcode::Write;
+    w.local = mem;
+    w.lkey = s.rwMr->lkey;
+    w.length = kFirst;
+    w.remote = base;
+    w.rkey = s.peer.rwKey;
+    w.signaled = false;
+    RANK_EXPECT(qp->postSend(w) == flagcxSuccess, "write");
+    w.op = Opcode::WriteImm;
+    w.wrId = 1;
+    w.local = mem + kFirst;
+    w.length = kSecond;
+    w.remote = base + kFirst;
+    w.imm = kImmData;
+    w.signaled = true;
+    RANK_EXPECT(qp->postSend(w) == flagcxSuccess, "write imm");
+    Completion c;
+    RANK_EXPECT(waitOne(qp, &c) && c.wrId == 1 && c.status == WcStatus::Success, "write-imm completion");
+    // Read it all back into the upper half of local memory.
+    char *back = mem + kMem / 2;
+    SendWr r;
+    r.op = Opcode::Read;
+    r.wrId = 2;
+    r.local = back;
+    r.lkey = s.rwMr->lkey;
+    r.length = kFirst + kSecond;
+    r.remote = base;
+    r.rkey = s.peer.rwKey;
+    RANK_EXPECT(qp->postSend(r) == flagcxSuccess, "read");
+    RANK_EXPECT(waitOne(qp, &c) && c.wrId == 2 && c.status == WcStatus::Success, "read completion");
+    RANK_EXPECT(memcmp(back, mem, kFirst + kSecond) == 0, "read-back differs");
+    // Atomics on the peer's last word: +5, +5, then 10 -> 99.
+    uint64_t *old = reinterpret_cast<uint64_t *>(mem + kMem / 2 - 64);
+    SendWr a;
+    a.local = old;
+    a.lkey = s.rwMr->lkey;
+    a.length = 8;
+    a.remote = base + kMem - 8;
+    a.rkey = s.peer.rwKey;
+    uint64_t expect[3] = {0, 5, 10};
+    for (int k = 0; k < 3; k++) {
+      a.op = k < 2 ? Opcode::FetchAdd : Opcode::CompSwap;
+      a.compareAdd = k < 2 ? 5 : 10;
+      a.swap = 99;
+      a.wrId = 10 + k;
+      RANK_EXPECT(qp->postSend(a) == flagcxSuccess, "atomic");
+      RANK_EXPECT(waitOne(qp, &c) && c.wrId == 10u + k && c.status == WcStatus::Success, "atomic completion");
+      RANK_EXPECT(*old == expect[k], "atomic %d returned %llu", k, static_cast<unsigned long long>(*old));
+    }
+    SendWr d;
+    d.op = Opcode::WriteImm;
+    d.wrId = 3;
+    d.remote = base;
+    d.rkey = s.peer.rwKey;
+    d.imm = kImmDone;
+    RANK_EXPECT(qp->postSend(d) == flagcxSuccess, "done");
+    RANK_EXPECT(waitOne(qp, &c) && c.wrId == 3 && c.status == WcStatus::Success, "done completion");
+    RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  });
+  EXPECT_TRUE(out.allOk()) << out.describe();
+  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+}
+
+// Bad keys, ranges and permissions: the request fails, the queue pair goes to
+// the error state, later requests flush, and nothing outside a region is
+// written.  One queue pair per case.
+TEST(SoftDevice, KeyAndRangeChecks) {
+  auto out = harness::run(2, [](int rank, int nranks, flagcxUniqueId *idp) {
+    const flagcxUniqueId &id = *idp;
+    int failures = 0;
+    Side s;
+    if (!connectSides(&s, rank, nranks, id, 3)) return 1;
+    if (rank == 1) {  // serve until both refused requests arrived (case 2 fails at rank 0)
+      auto until = Clock::now() + std::chrono::seconds(60);
+      Completion c[8];
+      while (Clock::now() < until &&
+             (s.qp[0]->state() != QpState::Error || s.qp[1]->state() != QpState::Error))
+        for (auto &q : s.qp) q->poll(c, 8);
+      RANK_EXPECT(s.qp[0]->state() == QpState::Error, "target queue pair 0 not in error");
+      RANK_EXPECT(s.qp[1]->state() == QpState::Error, "target queue pair 1 not in error");
+      RANK_EXPECT(s.ro[0] == 0, "the read-only region was written");
+      RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+      return failures;
+    }
+    char *mem = reinterpret_cast<char *>(s.rw.data());
+    Completion c;
+    // 0: one byte past the end of the peer's region.
+    SendWr w;
+    w.op = Opcode::Write;
+    w.wrId = 1;
+    w.local = mem;
+    w.lkey = s.rwMr->lkey;
+    w.length = 16;
+    w.remote = s.peer.rw + kMem - 15;
+    w.rkey = s.peer.rwKey;
+    RANK_EXPECT(s.qp[0]->postSend(w) == flagcxSuccess, "post");
+    RANK_EXPECT(waitOne(s.qp[0].get(), &c) && c.status == WcStatus::RemoteAccess, "past the end: %s",
+             wcStatusName(c.status));
+    RANK_EXPECT(s.qp[0]->state() == QpState::Error, "queue pair not in error");
+    w.wrId = 2;
+    w.remote = s.peer.rw;
+    RANK_EXPECT(s.qp[0]->postSend(w) == flagcxSuccess, "post after error");
+    RANK_EXPECT(waitOne(s.qp[0].get(), &c) && c.wrId == 2 && c.status == WcStatus::Flushed, "not flushed: %s",
+             wcStatusName(c.status));
+    // 1: a write into the read-only region.
+    w.wrId = 3;
+    w.remote = s.peer.ro;
+    w.rkey = s.peer.roKey;
+    RANK_EXPECT(s.qp[1]->postSend(w) == flagcxSuccess, "post");
+    RANK_EXPECT(waitOne(s.qp[1].get(), &c) && c.status == WcStatus::RemoteAccess, "read-only: %s",
+             wcStatusName(c.status));
+    // 2: a local buffer outside its lkey's region.
+    w.wrId = 4;
+    w.local = mem + kMem - 8;
+    w.remote = s.peer.rw;
+    w.rkey = s.peer.rwKey;
+    RANK_EXPECT(s.qp[2]->postSend(w) == flagcxSuccess, "post");
+    RANK_EXPECT(waitOne(s.qp[2].get(), &c) && c.status == WcStatus::LocalProtection, "local: %s",
+             wcStatusName(c.status));
+    RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  });
+  EXPECT_TRUE(out.allOk()) << out.describe();
+  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+}
+
+// The peer dies: what it wrote before is delivered, then the queue pair
+// reports retry-exceeded and flushes the rest.
+TEST(SoftDevice, DeadPeerErrorState) {
+  auto out = harness::run(2, [](int rank, int nranks, flagcxUniqueId *idp) {
+    const flagcxUniqueId &id = *idp;
+    int failures = 0;
+    Side s;
+    if (!connectSides(&s, rank, nranks, id, 1)) return 1;
+    Qp *qp = s.qp[0].get();
+    if (rank == 1) {
+      SendWr w;
+      w.op = Opcode::WriteImm;
+      w.imm = 42;
+      w.remote = s.peer.rw;
+      w.rkey = s.peer.rwKey;
+      qp->postSend(w);
+      raise(SIGKILL);
+    }
+    qp->postRecv(1);
+    qp->postRecv(2);
+    Completion c;
+    RANK_EXPECT(waitOne(qp, &c) && c.op == Opcode::Recv && c.imm == 42 && c.status == WcStatus::Success,
+             "the write sent before death was lost");
+    SendWr w;
+    w.op = Opcode::Write;
+    w.wrId = 9;
+    w.remote = s.peer.rw;
+    w.rkey = s.peer.rwKey;
+    RANK_EXPECT(qp->postSend(w) == flagcxSuccess, "post");
+    auto t0 = Clock::now();
+    bool sawRetry = false, sawFlush = false;
+    while ((!sawRetry || !sawFlush) && Clock::now() - t0 < std::chrono::seconds(60)) {
+      if (qp->poll(&c, 1) != 1) continue;
+      sawRetry |= c.wrId == 9 && c.status == WcStatus::RetryExceeded;
+      sawFlush |= c.wrId == 2 && c.status == WcStatus::Flushed;
+    }
+    RANK_EXPECT(sawRetry && sawFlush, "retry-exceeded %d, flushed receive %d", sawRetry, sawFlush);
+    RANK_EXPECT(qp->state() == QpState::Error, "not in error");
+    return failures;
+  });
+  EXPECT_EQ(out.signal(1), SIGKILL);
+  EXPECT_TRUE(out.ok(0)) << out.describe();
+  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+}
+
+TEST(RegCache, HitsMissesEvictionInvalidate) {
+  std::unique_ptr<Device> dev;
+  ASSERT_EQ(openSoftDevice(&dev), flagcxSuccess);
+  RegCache cache(dev.get(), 2);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<char> mem(16 * page);
+  char *p = mem.data() + page - reinterpret_cast<uintptr_t>(mem.data()) % page;  // page-aligned
+  const Mr *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cache.get(p, 3 * page, kRemoteWrite, &a), flagcxSuccess);
+  ASSERT_EQ(cache.get(p + 100, 200, kRemoteWrite, &b), flagcxSuccess);
+  EXPECT_EQ(a, b) << "a range inside a cached region registers again";
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.stats().misses, 1u);
+  // Wider access or a range that sticks out: a new registration.
+  ASSERT_EQ(cache.get(p, 3 * page, kRemoteWrite | kRemoteRead, &b), flagcxSuccess);
+  EXPECT_NE(a, b);
+  cache.put(b);
+  ASSERT_EQ(cache.get(p + 2 * page, 2 * page, kRemoteWrite, &b), flagcxSuccess);
+  EXPECT_NE(a, b);
+  cache.put(b);
+  cache.put(a);
+  cache.put(a);
+  EXPECT_EQ(cache.stats().misses, 3u);
+  // Capacity 2: more unused regions than that are evicted, oldest first.
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(cache.get(p + (8 + i) * page, page, kRemoteWrite, &b), flagcxSuccess);
+    cache.put(b);
+  }
+  EXPECT_EQ(cache.stats().entries, 2u);
+  EXPECT_GE(cache.stats().evictions, 2u);
+  // Invalidate while in use: the holder keeps its region, the next get misses.
+  ASSERT_EQ(cache.get(p + 10 * page, page, kRemoteWrite, &a), flagcxSuccess);
+  uint64_t misses = cache.stats().misses;
+  cache.invalidate(p + 10 * page, page);
+  EXPECT_EQ(a->length, page);
+  ASSERT_EQ(cache.get(p + 10 * page, page, kRemoteWrite, &b), flagcxSuccess);
+  EXPECT_EQ(cache.stats().misses, misses + 1);
+  EXPECT_NE(a, b);
+  cache.put(a);
+  cache.put(b);
+}
+
+TEST(HcaList, FlagcxSyntax) {
+  HcaList l;
+  std::string err;
+  ASSERT_TRUE(HcaList::parse("", &l, &err));
+  EXPECT_TRUE(l.allows("mlx5_0", 1));
+  ASSERT_TRUE(HcaList::parse("mlx5_0:1,mlx5_1", &l, &err));
+  EXPECT_TRUE(l.allows("mlx5_0", 1));
+  EXPECT_FALSE(l.allows("mlx5_0", 2));
+  EXPECT_TRUE(l.allows("mlx5_1", 2));
+  EXPECT_TRUE(l.allows("mlx5_10", 1)) << "names match as prefixes";
+  EXPECT_FALSE(l.allows("bnxt_re0", 1));
+  ASSERT_TRUE(HcaList::parse("=mlx5_1", &l, &err));
+  EXPECT_TRUE(l.allows("mlx5_1", 1));
+  EXPECT_FALSE(l.allows("mlx5_10", 1)) << "= asks for exact names";
+  ASSERT_TRUE(HcaList::parse("^mlx5_0:1", &l, &err));
+  EXPECT_FALSE(l.allows("mlx5_0", 1));
+  EXPECT_TRUE(l.allows("mlx5_0", 2));
+  EXPECT_TRUE(l.allows("mlx5_1", 1));
+  ASSERT_TRUE(HcaList::parse("^=mlx5_1", &l, &err));
+  EXPECT_FALSE(l.allows("mlx5_1", 1));
+  EXPECT_TRUE(l.allows("mlx5_10", 1));
+  EXPECT_FALSE(HcaList::parse("mlx5_0:x", &l, &err));
+  EXPECT_NE(err.find("mlx5_0:x"), std::string::npos) << err;
+  EXPECT_FALSE(HcaList::parse(":1", &l, &err));
+  EXPECT_FALSE(HcaList::parse("mlx5_0:0", &l, &err));
+}
+
+// The libibverbs binding against the real library.  No machine of this
+// project has an RDMA device: there the test prints why and skips.
+TEST(Verbs, DeviceList) {
+  std::string why;
+  std::vector<std::string> names;
+  int n = verbsDeviceCount(&why, &names);
+  if (n <= 0) {
+    printf("verbs: no RDMA device: %s\n", why.c_str());
+    // Without a device the transport must decline, with a reason, not fail.
+    std::unique_ptr<Device> dev;
+    EXPECT_EQ(openVerbsDevice(&dev, &why), flagcxSuccess);
+    EXPECT_EQ(dev, nullptr);
+    EXPECT_FALSE(why.empty());
+    GTEST_SKIP() << "no RDMA device (" << why << ")";
+  }
+  for (auto &d : names) printf("verbs: device %s\n", d.c_str());
+  std::unique_ptr<Device> dev;
+  ASSERT_EQ(openVerbsDevice(&dev, &why), flagcxSuccess);
+  if (!dev) GTEST_SKIP() << "devices but no active port: " << why;
+  std::unique_ptr<Qp> qp;
+  ASSERT_EQ(dev->createQp(&qp), flagcxSuccess);
+}
+
+TEST(Verbs, BadHcaListRefused) {
+  setenv("FLAGCX_IB_HCA", "mlx5_0:port", 1);
+  flagcx::paramsReload();
+  std::unique_ptr<Device> dev;
+  std::string why;
+  EXPECT_EQ(openVerbsDevice(&dev, &why), flagcxInvalidArgument);
+  unsetenv("FLAGCX_IB_HCA");
+  flagcx::paramsReload();
+}
+
+}  // namespace
