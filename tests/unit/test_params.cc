@@ -131,13 +131,13 @@ TEST_F(ParamsTest, OutOfRangeValuesWarnAndUseTheDefault) {
 // FlagCX 0.13 variables with no effect here: known (no unknown-variable
 // warning), and one INFO line each that says why.
 TEST_F(ParamsTest, FlagcxVariablesAreAcknowledged) {
-  for (const char *n : {"FLAGCX_USE_HOST_COMM", "FLAGCX_ENABLE_TOPO_DETECT", "FLAGCX_IB_HCA",
+  for (const char *n : {"FLAGCX_USE_HOST_COMM", "FLAGCX_ENABLE_TOPO_DETECT", "FLAGCX_IB_PKEY",
                         "FLAGCX_UNIRUNNER_NSLICES", "FLAGCX_USE_TUNER", "FLAGCX_C2C_ALGO",
                         "FLAGCX_CCL_ADAPTOR_PLUGIN"})
     setenv(n, "1", 1);
   paramsReload();
   std::string u = paramsUnknownNames();
-  for (const char *n : {"FLAGCX_USE_HOST_COMM", "FLAGCX_ENABLE_TOPO_DETECT", "FLAGCX_IB_HCA",
+  for (const char *n : {"FLAGCX_USE_HOST_COMM", "FLAGCX_ENABLE_TOPO_DETECT", "FLAGCX_IB_PKEY",
                         "FLAGCX_UNIRUNNER_NSLICES", "FLAGCX_USE_TUNER", "FLAGCX_C2C_ALGO",
                         "FLAGCX_CCL_ADAPTOR_PLUGIN"}) {
     EXPECT_EQ(("," + u + ",").find(std::string(",") + n + ","), std::string::npos) << n;
