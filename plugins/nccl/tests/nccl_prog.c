@@ -229,14 +229,43 @@ int main(void) {
     fprintf(stderr, "FAIL ncclGetVersion %d, header says %d\n", v, NCCL_VERSION_CODE);
     return 1;
   }
-  ncclUniqueId id, id2;
-  if (ncclGetUniqueId(&id) != ncclSuccess || ncclGetUniqueId(&id2) != ncclSuccess) {
-    fprintf(stderr, "FAIL ncclGetUniqueId\n");
-    return 1;
-  }
+  /* Fork before making the ids: ncclGetUniqueId starts the rendezvous root's
+   * thread, and a fork while a thread holds an allocator lock (the sanitizers'
+   * among them) leaves a child that blocks in its first malloc. */
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
   pid_t child = fork();
   if (child < 0) return 1;
-  if (child == 0) _exit(run(1, id, id2));
+  ncclUniqueId id, id2;
+  if (child == 0) {
+    close(fds[1]);
+    size_t got = 0;
+    char *p = (char *)&id;
+    while (got < sizeof id) {
+      ssize_t n = read(fds[0], p + got, sizeof id - got);
+      if (n <= 0) _exit(3);
+      got += (size_t)n;
+    }
+    got = 0;
+    p = (char *)&id2;
+    while (got < sizeof id2) {
+      ssize_t n = read(fds[0], p + got, sizeof id2 - got);
+      if (n <= 0) _exit(3);
+      got += (size_t)n;
+    }
+    _exit(run(1, id, id2));
+  }
+  close(fds[0]);
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclGetUniqueId(&id2) != ncclSuccess) {
+    fprintf(stderr, "FAIL ncclGetUniqueId\n");
+    close(fds[1]);
+    waitpid(child, NULL, 0);
+    return 1;
+  }
+  if (write(fds[1], &id, sizeof id) != (ssize_t)sizeof id ||
+      write(fds[1], &id2, sizeof id2) != (ssize_t)sizeof id2)
+    return 1;
+  close(fds[1]);
   int bad = run(0, id, id2);
   int st = 0;
   waitpid(child, &st, 0);
