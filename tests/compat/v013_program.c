@@ -96,12 +96,29 @@ static int runRank(int rank, flagcxUniqueId *id) {
 
 int main(void) {
   int rank = 0;
+  /* Fork first, then make the id (its rendezvous thread must not exist at
+   * fork time: under ASan a child could block in malloc); ids go by pipe. */
   flagcxUniqueId id;
-  CHECK(flagcxGetUniqueId(&id));
+  int fds[NRANKS][2];
   pid_t kids[NRANKS];
   for (int r = 1; r < NRANKS; r++) {
+    if (pipe(fds[r]) != 0) return 1;
     kids[r] = fork();
-    if (kids[r] == 0) _exit(runRank(r, &id));
+    if (kids[r] == 0) {
+      size_t got = 0;
+      while (got < sizeof id) {
+        ssize_t n = read(fds[r][0], (char *)&id + got, sizeof id - got);
+        if (n <= 0) _exit(3);
+        got += (size_t)n;
+      }
+      _exit(runRank(r, &id));
+    }
+    close(fds[r][0]);
+  }
+  CHECK(flagcxGetUniqueId(&id));
+  for (int r = 1; r < NRANKS; r++) {
+    if (write(fds[r][1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+    close(fds[r][1]);
   }
   int bad = runRank(0, &id);
   for (int r = 1; r < NRANKS; r++) {
