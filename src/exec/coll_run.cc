@@ -91,7 +91,8 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     // Peers this schedule names that have no connection yet (alltoall's,
     // or any op's with FLAGCX_CONNECT_ALL=0 and a peer no other schedule
     // names): every rank of the call connects to its own at this point.
-    std::vector<int> peers;
+    std::vector<int> &peers = s->stepPeers;  // kept for its capacity
+    peers.clear();
     for (const Step &st : rs.steps)
       if (st.peer >= 0) peers.push_back(st.peer);
     FLAGCX_CHECK(connectFor(s, peers));

@@ -49,9 +49,7 @@ ExecState::ExecState(const ExecEnv &e)
       pStageIn(e.dev, GrowBuf::Mem::Pinned), pStageOut(e.dev, GrowBuf::Mem::Pinned) {
   flight.init(rank, nranks,
               static_cast<size_t>(std::max<int64_t>(1, paramInt(Param::FLIGHT_RECORDER_SIZE))));
-  allConnected = true;
-  for (int p = 0; p < nranks; p++)
-    if (p != rank && !conn(p)) allConnected = false;
+  allConnected = everyPeerConnected(this);
 }
 
 ExecState::~ExecState() {

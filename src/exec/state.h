@@ -191,12 +191,13 @@ struct ExecState {
   std::vector<size_t> scratchDispls;
   std::vector<int> scratchLastWrite;
   std::vector<Xfer> scratchXfers;
-  std::vector<int> scratchPeers;
+  std::vector<int> scratchPeers, stepPeers;
 };
 
 // xfer.cc: connect to the peers among `peers` that have no Conn yet (a
 // no-op once every peer has one); then post and progress every message of `xs` until all complete.
 flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers);
+bool everyPeerConnected(const ExecState *s);
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                         flagcxRedOp_t op, const char *what);
 // coll_run.cc: one collective, its buffers as given (host or, in direct

@@ -16,13 +16,11 @@
 
 namespace flagcx {
 
-namespace {
 bool everyPeerConnected(const ExecState *s) {
   for (int p = 0; p < s->nranks; p++)
     if (p != s->rank && !s->conn(p)) return false;
   return true;
 }
-}  // namespace
 
 flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers) {
   std::vector<int> &want = s->scratchPeers;
