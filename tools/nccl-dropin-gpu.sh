@@ -96,7 +96,7 @@ real_env() {
 if want build; then
   {
     [ -f "$B/build.ninja" ] || meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dnccl_dropin=enabled \
-      -Dgpu_archs=90 -Dmpi=disabled -Dtorch=disabled -Dc_args="-I$NCCL_INC" -Dcpp_args="-I$NCCL_INC"
+      -Dgpu_archs=90 -Dmpi=disabled -Dtorch=disabled -Dnccl_include="$NCCL_INC"
     # Only what the stages use (the whole tree takes longer than the budget).
     ninja -C "$B" libflagcx.so plugins/nccl/libnccl.so.2.28.9 &&
     ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog &&
