@@ -5,6 +5,7 @@
 #include <map>
 
 #include "exports.h"
+#include "forward.h"
 #include "scale.h"
 
 using namespace ncclx;
@@ -264,6 +265,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  NCCLX_FOREIGN_COMM(ncclBroadcast, comm, sendbuff, recvbuff, count, datatype, root, comm, stream);
   MOVE_PROLOGUE("ncclBroadcast");
   return fromFlagcx("ncclBroadcast",
                     flagcxBroadcast(sendbuff, recvbuff, count, ft, root, fc, fs));

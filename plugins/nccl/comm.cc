@@ -6,6 +6,7 @@
 
 #include "dropin.h"
 #include "exports.h"
+#include "forward.h"
 
 using namespace ncclx;
 
@@ -189,12 +190,14 @@ void deleteComm(ncclComm *c) {
 extern "C" {
 
 ncclResult_t ncclGetVersion(int *version) {
+  NCCLX_FROM_REAL_NCCL(ncclGetVersion, version);
   if (!version) return fail(ncclInvalidArgument, "ncclGetVersion", "version is NULL");
   *version = NCCL_VERSION_CODE;
   return ncclSuccess;
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
+  NCCLX_FROM_REAL_NCCL(ncclGetUniqueId, uniqueId);
   if (!uniqueId) return fail(ncclInvalidArgument, "ncclGetUniqueId", "uniqueId is NULL");
   flagcxUniqueId id;
   flagcxResult_t r = flagcxGetUniqueId(&id);
@@ -320,6 +323,26 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
   return fail(ncclInvalidUsage, "ncclCommRevoke", "not supported by flagcx (use ncclCommAbort)");
 }
 
+// NCCL 2.28's device API (nccl_device/core.h, not nccl.h) has no flagcx
+// meaning, but PyTorch 2.x's libtorch_cuda.so links these two: they must exist
+// for it to load under the drop-in.  NVIDIA's NCCL calls its own
+// ncclDevCommDestroy through the PLT, so a foreign communicator goes back to it.
+struct ncclDevCommRequirements;
+struct ncclDevComm;
+
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements *reqs,
+                               ncclDevComm *outDevComm) {
+  NCCLX_FOREIGN_COMM(ncclDevCommCreate, comm, comm, reqs, outDevComm);
+  return fail(ncclInvalidUsage, "ncclDevCommCreate",
+              "not supported by flagcx (no device-side communication API)");
+}
+
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm *devComm) {
+  NCCLX_FOREIGN_COMM(ncclDevCommDestroy, comm, comm, devComm);
+  return fail(ncclInvalidUsage, "ncclDevCommDestroy",
+              "not supported by flagcx (no device-side communication API)");
+}
+
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   flagcxComm_t fc;
   NCCLX_CHECK(enter("ncclCommFinalize", comm, &fc));
@@ -362,6 +385,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+  NCCLX_FOREIGN_COMM(ncclCommGetAsyncError, comm, comm, asyncError);
   const char *fn = "ncclCommGetAsyncError";
   if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL");
   if (!asyncError) return fail(ncclInvalidArgument, fn, "asyncError is NULL");
@@ -401,7 +425,10 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
   return fromFlagcx("ncclCommUserRank", flagcxCommUserRank(fc, rank));
 }
 
-const char *ncclGetErrorString(ncclResult_t result) { return ncclErrorText(result); }
+const char *ncclGetErrorString(ncclResult_t result) {
+  NCCLX_FROM_REAL_NCCL(ncclGetErrorString, result);
+  return ncclErrorText(result);
+}
 
 const char *ncclGetLastError(ncclComm_t comm) {
   if (const char *e = lastError()) return e;
@@ -452,18 +479,24 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *) {
 }
 
 ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+  NCCLX_FROM_REAL_NCCL(ncclMemAlloc, ptr, size);
   return fromFlagcx("ncclMemAlloc", flagcxMemAlloc(ptr, size));
 }
 
-ncclResult_t ncclMemFree(void *ptr) { return fromFlagcx("ncclMemFree", flagcxMemFree(ptr)); }
+ncclResult_t ncclMemFree(void *ptr) {
+  NCCLX_FROM_REAL_NCCL(ncclMemFree, ptr);
+  return fromFlagcx("ncclMemFree", flagcxMemFree(ptr));
+}
 
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
+  NCCLX_FOREIGN_COMM(ncclCommRegister, comm, comm, buff, size, handle);
   flagcxComm_t fc;
   NCCLX_CHECK(enter("ncclCommRegister", comm, &fc));
   return fromFlagcx("ncclCommRegister", flagcxCommRegister(fc, buff, size, handle));
 }
 
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+  NCCLX_FOREIGN_COMM(ncclCommDeregister, comm, comm, handle);
   flagcxComm_t fc;
   NCCLX_CHECK(enter("ncclCommDeregister", comm, &fc));
   return fromFlagcx("ncclCommDeregister", flagcxCommDeregister(fc, handle));
@@ -471,6 +504,7 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
 
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
                                     int winFlags) {
+  NCCLX_FOREIGN_COMM(ncclCommWindowRegister, comm, comm, buff, size, win, winFlags);
   const char *fn = "ncclCommWindowRegister";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -497,6 +531,7 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, nc
 }
 
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  NCCLX_FOREIGN_COMM(ncclCommWindowDeregister, comm, comm, win);
   const char *fn = "ncclCommWindowDeregister";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -527,6 +562,8 @@ NCCLX_PNAME(ncclCommGetAsyncError)
 NCCLX_PNAME(ncclCommCount)
 NCCLX_PNAME(ncclCommCuDevice)
 NCCLX_PNAME(ncclCommUserRank)
+NCCLX_PNAME(ncclDevCommCreate)
+NCCLX_PNAME(ncclDevCommDestroy)
 NCCLX_PNAME(ncclGetErrorString)
 NCCLX_PNAME(ncclGetLastError)
 #pragma GCC diagnostic push

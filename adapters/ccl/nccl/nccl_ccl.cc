@@ -73,12 +73,12 @@ Nccl *loadNccl() {
     // the symbol flagcxNcclDropin.  When it is in the process (LD_PRELOAD, or
     // an application linked to it), dlopen by name returns it, and passing
     // through to it would recurse: only a path to another file can name the
-    // real NCCL.  That one is loaded with RTLD_DEEPBIND because NCCL calls its
-    // own exported functions through the PLT (ncclBroadcast, ncclMemFree, …),
-    // which would otherwise bind to the drop-in's.
+    // real NCCL.  NCCL calls some of its own exported functions through the
+    // PLT; those bind to the drop-in, which hands calls coming from NCCL back
+    // to NCCL (plugins/nccl/forward.h).  RTLD_DEEPBIND, tried first, crashed
+    // NCCL 2.28.3 (its weak reference to libstdc++'s __once_proxy stayed NULL).
     const char *kMarker = "flagcxNcclDropin";
     int flags = RTLD_NOW | RTLD_LOCAL;
-    if (dlsym(RTLD_DEFAULT, kMarker)) flags |= RTLD_DEEPBIND;
     n.lib = dlopen(path.c_str(), flags);
     if (!n.lib) {
       const char *e = dlerror();

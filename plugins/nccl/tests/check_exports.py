@@ -14,7 +14,11 @@ import re
 import subprocess
 import sys
 
-ALLOWED_EXTRA = {"flagcxNcclDropin"}
+# The marker, and the two host functions of NCCL 2.28's device API
+# (nccl_device/core.h) that PyTorch 2.x links: without them libtorch_cuda.so
+# does not load under the drop-in.
+ALLOWED_EXTRA = {"flagcxNcclDropin", "ncclDevCommCreate", "ncclDevCommDestroy",
+                 "pncclDevCommCreate", "pncclDevCommDestroy"}
 
 
 def declared(header_text):
