@@ -7,11 +7,22 @@ import torch
 from torch.utils import cpp_extension
 
 cuda = torch.version.cuda is not None
+
+
+def cpu_paths(fn):
+    # torch <= 2.5 takes cuda=False; later versions take device_type="cpu"
+    # (the default) and refuse the old keyword.
+    try:
+        return fn(cuda=False)
+    except TypeError:
+        return fn()
+
+
 out = {
     "version": torch.__version__.split("+")[0],
     "major": torch.__version__.split(".")[0],
-    "includes": ";".join(cpp_extension.include_paths(cuda=False)),
-    "libdir": cpp_extension.library_paths(cuda=False)[0],
+    "includes": ";".join(cpu_paths(cpp_extension.include_paths)),
+    "libdir": cpu_paths(cpp_extension.library_paths)[0],
     "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
     "pybind_defines": ";".join(
         f'-DPYBIND11_{k}="{getattr(torch._C, "_PYBIND11_" + k)}"'
