@@ -18,7 +18,7 @@ using namespace flagcx::p2p;
 
 namespace {
 
-constexpr uint64_t kSpreadMin = 256 << 10;  // below 2x this, one lane carries a transfer
+constexpr uint64_t kSpreadMin = 1 << 20;  // below 2x this, one lane carries a transfer
 
 std::atomic<uint64_t> g_nextXfer{1};
 std::mutex g_notifMu;
@@ -165,6 +165,16 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
   return ok ? 0 : -1;
 }
 
+// Read or Write of one buffer.
+int single(FlagcxP2pConn *c, Op op, const void *data, size_t size, const FlagcxP2pRdmaDesc &d,
+           uint64_t *id, const char *fn) {
+  if (!c || !data || !id) {
+    WARN(kP2P, "%s: %s is NULL", fn, !c ? "conn" : !data ? "data" : "transferId");
+    return -1;
+  }
+  return submit(c, op, {Seg{reinterpret_cast<uint64_t>(data), d.addr, size, d.rkey}}, id, fn);
+}
+
 }  // namespace
 
 namespace flagcx::p2p {
@@ -206,22 +216,12 @@ int flagcxP2pEngineMakeDesc(FlagcxP2pConn *conn, uint64_t remoteVa, uint32_t siz
 
 int flagcxP2pEngineRead(FlagcxP2pConn *conn, FlagcxP2pMr, const void *data, size_t size,
                         FlagcxP2pRdmaDesc desc, uint64_t *transferId) {
-  if (!conn || !data || !transferId) {
-    WARN(kP2P, "flagcxP2pEngineRead: %s is NULL", !conn ? "conn" : !data ? "data" : "transferId");
-    return -1;
-  }
-  return submit(conn, Op::Read, {Seg{reinterpret_cast<uint64_t>(data), desc.addr, size, desc.rkey}},
-                transferId, "flagcxP2pEngineRead");
+  return single(conn, Op::Read, data, size, desc, transferId, "flagcxP2pEngineRead");
 }
 
 int flagcxP2pEngineWrite(FlagcxP2pConn *conn, FlagcxP2pMr, const void *data, size_t size,
                          FlagcxP2pRdmaDesc desc, uint64_t *transferId) {
-  if (!conn || !data || !transferId) {
-    WARN(kP2P, "flagcxP2pEngineWrite: %s is NULL", !conn ? "conn" : !data ? "data" : "transferId");
-    return -1;
-  }
-  return submit(conn, Op::Write, {Seg{reinterpret_cast<uint64_t>(data), desc.addr, size, desc.rkey}},
-                transferId, "flagcxP2pEngineWrite");
+  return single(conn, Op::Write, data, size, desc, transferId, "flagcxP2pEngineWrite");
 }
 
 int flagcxP2pEngineReadVector(FlagcxP2pConn *conn, std::vector<FlagcxP2pMr>,

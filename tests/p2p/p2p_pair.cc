@@ -130,13 +130,23 @@ int target(const std::string &dir, const std::string &mode) {
   int port = 0;
   splitMeta(meta, &session, &host, &port);
   CHECK(port == flagcxP2pEngineGetRpcPort(e));
+  char pd[FLAGCX_P2P_DESC_SIZE];  // a descriptor made ahead, for the initiator's Read
+  CHECK(flagcxP2pEnginePrepareDesc(e, mrS, source.data(), kN, pd) == 0);
+  CHECK(flagcxP2pEnginePrepareDesc(e, mrR, source.data(), kN, pd + 0) != 0);  // not region mrR
+  CHECK(flagcxP2pEnginePrepareDesc(e, mrS, source.data(), kN, pd) == 0);
   char line[512];
   std::snprintf(line, sizeof(line), "%s %lu %lu %lu", meta,
                 static_cast<unsigned long>(reinterpret_cast<uintptr_t>(region.data())),
                 static_cast<unsigned long>(reinterpret_cast<uintptr_t>(source.data())),
                 static_cast<unsigned long>(reinterpret_cast<uintptr_t>(spare.data())));
   delete[] meta;
-  putFile(dir + "/target", line);
+  std::string hexDesc;
+  for (char ch : pd) {
+    char t[3];
+    std::snprintf(t, sizeof(t), "%02x", static_cast<unsigned char>(ch));
+    hexDesc += t;
+  }
+  putFile(dir + "/target", std::string(line) + " " + hexDesc);
   if (mode == "refused") {  // serve until the initiator has been refused
     CHECK(flagcxP2pEngineStartRpcServer(e) == 0);
     std::string done;
@@ -192,9 +202,18 @@ int initiator(const std::string &dir, const std::string &mode) {
     std::fprintf(stderr, "initiator: the target never wrote its metadata\n");
     return 1;
   }
-  char meta[256];
+  char meta[256], hexDesc[2 * FLAGCX_P2P_DESC_SIZE + 1] = "";
   unsigned long vaR = 0, vaS = 0, vaSpare = 0;
-  CHECK(std::sscanf(line.c_str(), "%255s %lu %lu %lu", meta, &vaR, &vaS, &vaSpare) == 4);
+  CHECK(std::sscanf(line.c_str(), "%255s %lu %lu %lu %128s", meta, &vaR, &vaS, &vaSpare,
+                    hexDesc) == 5);
+  char pd[FLAGCX_P2P_DESC_SIZE] = {};
+  for (size_t i = 0; i < sizeof(pd) && hexDesc[2 * i]; i++) {
+    unsigned v = 0;
+    std::sscanf(hexDesc + 2 * i, "%2x", &v);
+    pd[i] = static_cast<char>(v);
+  }
+  FlagcxP2pRdmaDesc prepared{};
+  flagcxP2pDeserializeRdmaDesc(pd, &prepared);
   std::string session, host;
   int port = 0;
   splitMeta(meta, &session, &host, &port);
@@ -275,7 +294,9 @@ int initiator(const std::string &dir, const std::string &mode) {
                                        descs) == 0);
   FlagcxP2pRdmaDesc ds{};
   CHECK(flagcxP2pEngineMakeDesc(c, vaS, kN, &ds) == 0);
-  CHECK(flagcxP2pEngineRead(c, mrDst, dst.data(), kN, ds, &id) == 0 && finished(c, id));
+  // PrepareDesc at the target and MakeDesc here name the same bytes.
+  CHECK(prepared.addr == ds.addr && prepared.size == ds.size && prepared.rkey == ds.rkey);
+  CHECK(flagcxP2pEngineRead(c, mrDst, dst.data(), kN, prepared, &id) == 0 && finished(c, id));
   bad = 0;
   for (size_t i = 0; i < kN; i++) bad += dst[i] != patB(i);
   CHECK(bad == 0);

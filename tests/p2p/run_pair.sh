@@ -3,7 +3,8 @@
 # how the bytes went.
 # usage: run_pair.sh MODE P2P_PAIR_BINARY     (exit 77 = skipped, with the reason)
 #   default  one host, the default path (cross-memory attach where permitted)
-#   tcp      one host, FLAGCX_SHM_DISABLE=1: every byte through the TCP lanes
+#   tcp      one host, FLAGCX_SHM_DISABLE=1: every byte through the TCP lanes;
+#            FLAGCX_SOCKET_IFNAME=lo: the engines listen on loopback
 #   netns    two network namespaces joined by a veth pair (IPv6 ULA, nodad),
 #            each under `unshare -u` with its own hostname: two hosts
 #   secret   FLAGCX_P2P_SECRET differs: the connection is refused
@@ -15,10 +16,9 @@ skip() { echo "SKIP: $*"; exit 77; }
 dir=$(mktemp -d)
 pids=()
 tag=fp$$
-nsA=${tag}a nsB=${tag}b
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if [ "$mode" = netns ]; then ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; fi
+  [ "$mode" = netns ] && netns_pair_down
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -26,22 +26,12 @@ export FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=P2P FLAGCX_TIMEOUT=${FLAGCX_TIMEOUT
 runT=() runI=()
 case $mode in
   default) ;;
-  tcp) export FLAGCX_SHM_DISABLE=1 ;;
+  tcp) export FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo ;;  # and the engines listen on lo
   secret) ;;
   killed) ;;
   netns)
-    [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces"
-    command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
-    command -v unshare >/dev/null || skip "unshare is not installed"
-    ip netns add "$nsA" 2>/dev/null || skip "cannot create network namespaces here"
-    ip netns add "$nsB" || skip "cannot create a second namespace"
-    ip link add "${tag}0" type veth peer name "${tag}1" || skip "cannot create a veth pair"
-    ip link set "${tag}0" netns "$nsA" && ip link set "${tag}1" netns "$nsB" || exit 1
-    ip -n "$nsA" addr add fd7e:ec::1/64 dev "${tag}0" nodad
-    ip -n "$nsB" addr add fd7e:ec::2/64 dev "${tag}1" nodad
-    for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-    ip -n "$nsA" link set "${tag}0" up
-    ip -n "$nsB" link set "${tag}1" up
+    . "$(dirname "$0")/../../tools/netns-pair.sh"
+    netns_pair_up "$tag" || skip "$why"
     export FLAGCX_SOCKET_FAMILY=AF_INET6
     runT=(ip netns exec "$nsA" unshare -u sh -c "hostname hosta-$tag; exec \"\$0\" \"\$@\"")
     runI=(ip netns exec "$nsB" unshare -u sh -c "hostname hostb-$tag; exec \"\$0\" \"\$@\"")
@@ -51,18 +41,12 @@ esac
 tmode=all imode=all
 [ "$mode" = secret ] && tmode=refused imode=refused
 [ "$mode" = killed ] && imode=killed
-if [ "$mode" = secret ]; then
-  FLAGCX_P2P_SECRET=alpha "${runT[@]}" "$bin" target "$dir" "$tmode" >"$dir/t.log" 2>&1 &
-else
-  "${runT[@]}" "$bin" target "$dir" "$tmode" >"$dir/t.log" 2>&1 &
-fi
+envT=(env) envI=(env)
+[ "$mode" = secret ] && envT=(env FLAGCX_P2P_SECRET=alpha) envI=(env FLAGCX_P2P_SECRET=beta)
+"${envT[@]}" "${runT[@]}" "$bin" target "$dir" "$tmode" >"$dir/t.log" 2>&1 &
 pt=$!
 pids+=("$pt")
-if [ "$mode" = secret ]; then
-  FLAGCX_P2P_SECRET=beta "${runI[@]}" "$bin" initiator "$dir" "$imode" >"$dir/i.log" 2>&1 &
-else
-  "${runI[@]}" "$bin" initiator "$dir" "$imode" >"$dir/i.log" 2>&1 &
-fi
+"${envI[@]}" "${runI[@]}" "$bin" initiator "$dir" "$imode" >"$dir/i.log" 2>&1 &
 pi=$!
 pids+=("$pi")
 ok=0
@@ -85,7 +69,8 @@ case $mode in
     expect i.log "connected to .*same host"
     # Cross-memory attach where the kernel permits it (see docs/P2P.md).
     if grep -q "CMA out 1" "$dir/i.log"; then echo "path: cross-memory attach"; else echo "path: TCP (CMA not permitted here)"; fi ;;
-  tcp) expect i.log "connected to .*same host.*CMA out 0 in 0" ;;
+  tcp) expect i.log "connected to .*same host.*CMA out 0 in 0"
+       expect t.log "engine listening on .* (interface lo)" ;;
   netns) expect i.log "connected to .*other host.*CMA out 0 in 0"
          expect i.log "connection is other host" ;;
   secret) expect t.log "refused a connection"

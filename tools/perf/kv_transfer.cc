@@ -302,7 +302,7 @@ int prefill() {
     if (flagcxP2pEngineWriteVector(c, mrs, src, sizes, descs, int(ps.size()), &id, ipcBufs) != 0)
       die("WriteVector");
     int stt;
-    while ((stt = flagcxP2pEngineXferState(c, id)) == 0) {}
+    while ((stt = flagcxP2pEngineXferState(c, id)) == 0) std::this_thread::yield();
     if (stt != 1) die("transfer failed");
     sf.add(secs(t));
     if (cma) {
@@ -400,7 +400,9 @@ int main(int argc, char **argv) {
   pid_t child = fork();
   if (child == 0) {
     devInit();
-    _exit(decode());
+    int r = decode();
+    std::fflush(stdout);
+    _exit(r);
   }
   devInit();
   int rc = prefill();

@@ -4,17 +4,11 @@
 # usage: kv_transfer_netns.sh KV_TRANSFER_BINARY [kv_transfer options]
 set -u
 bin=$1; shift
-tag=kv$$ nsA=kv$$a nsB=kv$$b dir=$(mktemp -d)
-cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; rm -rf "$dir"; }
+tag=kv$$ dir=$(mktemp -d)
+. "$(dirname "$0")/../netns-pair.sh"
+cleanup() { netns_pair_down; rm -rf "$dir"; }
 trap cleanup EXIT
-ip netns add "$nsA" && ip netns add "$nsB" || exit 1
-ip link add "${tag}0" type veth peer name "${tag}1" || exit 1
-ip link set "${tag}0" netns "$nsA" && ip link set "${tag}1" netns "$nsB" || exit 1
-ip -n "$nsA" addr add fd7e:ec::1/64 dev "${tag}0" nodad
-ip -n "$nsB" addr add fd7e:ec::2/64 dev "${tag}1" nodad
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "${tag}0" up
-ip -n "$nsB" link set "${tag}1" up
+netns_pair_up "$tag" || { echo "kv_transfer_netns: $why"; exit 1; }
 export FLAGCX_SOCKET_FAMILY=AF_INET6
 ip netns exec "$nsA" unshare -u sh -c "hostname decode-$tag; exec \"\$0\" \"\$@\"" \
   "$bin" --role decode --dir "$dir" "$@" &
