@@ -84,22 +84,29 @@ bool cmaMove(pid_t pid, const std::vector<iovec> &local, const std::vector<iovec
             : memcpy(local[i].iov_base, remote[i].iov_base, local[i].iov_len);
     return true;
   }
-  for (size_t i = 0; i < local.size(); i++) {
-    // One pair at a time: a short count then names exactly what is left.
-    char *lp = static_cast<char *>(local[i].iov_base);
-    char *rp = static_cast<char *>(remote[i].iov_base);
-    size_t left = local[i].iov_len;
-    while (left > 0) {
-      iovec l{lp, left}, r{rp, left};
-      ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-                        : process_vm_readv(pid, &l, 1, &r, 1, 0);
-      if (n <= 0) {
-        if (n < 0 && errno == EINTR) continue;
-        return false;
-      }
-      lp += n;
-      rp += n;
-      left -= static_cast<size_t>(n);
+  // Up to kIovBatch pieces per call.  The kernel moves at most about 2 GiB
+  // per call, and stops early at a fault: go on after a short count; a
+  // fault then reports itself on the next call.
+  std::vector<iovec> l(local), r(remote);
+  size_t i = 0;
+  while (i < l.size()) {
+    if (l[i].iov_len == 0) {
+      i++;
+      continue;
+    }
+    size_t n = std::min<size_t>(kIovBatch, l.size() - i);
+    ssize_t got = write ? process_vm_writev(pid, &l[i], n, &r[i], n, 0)
+                        : process_vm_readv(pid, &l[i], n, &r[i], n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    for (size_t left = static_cast<size_t>(got); left > 0;) {
+      size_t take = std::min(left, l[i].iov_len);
+      l[i].iov_base = static_cast<char *>(l[i].iov_base) + take;
+      r[i].iov_base = static_cast<char *>(r[i].iov_base) + take;
+      l[i].iov_len -= take;
+      r[i].iov_len -= take;
+      left -= take;
+      if (l[i].iov_len == 0) i++;
     }
   }
   return true;

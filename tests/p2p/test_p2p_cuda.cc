@@ -2,12 +2,14 @@
 // before either touches CUDA): the target registers a cudaMalloc'd region;
 // the initiator writes its first half through CUDA IPC (GetIpcInfo /
 // UpdateIpcInfo, WriteVector with ipcBufs), its second half through the
-// lanes (device memory staged through host memory at both ends), then
-// reads the whole region back into device memory.  Exit 77 without a GPU.
+// lanes (device memory staged through host memory at both ends), reads the
+// first half back through IPC (ReadVector with ipcBufs) and the whole
+// region through the lanes, into device memory.  Exit 77 without a GPU.
 #include <cuda_runtime.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -109,7 +111,15 @@ int initiator(int rfd) {
   CHECK(flagcxP2pEngineMakeDesc(c, h.va + kN / 2, kN / 2, &d) == 0);
   CHECK(flagcxP2pEngineWriteVectorSync(c, {mrS}, {static_cast<char *>(src) + kN / 2}, {kN / 2},
                                        {d}) == 0);
-  // Everything back, into device memory.
+  // The first half back through CUDA IPC.
+  CHECK(flagcxP2pEngineMakeDesc(c, h.va, kN / 2, &d) == 0);
+  CHECK(flagcxP2pEngineReadVector(c, {mrB}, {back}, {kN / 2}, {d}, 1, &id, {h.ipc}) == 0);
+  CHECK(flagcxP2pEngineXferState(c, id) == 1);
+  std::vector<uint8_t> half(kN / 2);
+  CHECK(cudaMemcpy(half.data(), back, kN / 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(std::equal(half.begin(), half.end(), host.begin()));
+  CHECK(cudaMemset(back, 0, kN) == cudaSuccess);
+  // Everything back, into device memory, through the lanes.
   CHECK(flagcxP2pEngineMakeDesc(c, h.va, kN, &d) == 0);
   CHECK(flagcxP2pEngineRead(c, mrB, back, kN, d, &id) == 0);
   int st;
