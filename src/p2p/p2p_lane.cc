@@ -377,7 +377,8 @@ void workerLoop(FlagcxP2pConn *c, Lane *l) {
     const char *why = "the connection has failed";
     bool lost = false;
     bool ok = !c->dead.load() && !l->stop && runJob(c, l, j, &why, &lost);
-    if (!ok && lost) connMarkDead(c, why);
+    // The transfer's line says why; the connection is marked without another.
+    if (!ok && lost) connMarkDead(c, why, true);
     finish(c, j, ok, why);
   }
 }

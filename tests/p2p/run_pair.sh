@@ -9,6 +9,8 @@
 #            each under `unshare -u` with its own hostname: two hosts
 #   secret   FLAGCX_P2P_SECRET differs: the connection is refused
 #   killed   the target is killed (SIGKILL) midway: every later call fails
+#   stopped  the target is stopped (SIGSTOP) midway: every later call fails
+#            within FLAGCX_TIMEOUT (2 s here) instead of waiting forever
 set -u
 mode=$1
 bin=$2
@@ -29,6 +31,7 @@ case $mode in
   tcp) export FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo ;;  # and the engines listen on lo
   secret) ;;
   killed) ;;
+  stopped) export FLAGCX_TIMEOUT=2 ;;
   netns)
     . "$(dirname "$0")/../../tools/netns-pair.sh"
     netns_pair_up "$tag" || skip "$why"
@@ -40,7 +43,7 @@ case $mode in
 esac
 tmode=all imode=all
 [ "$mode" = secret ] && tmode=refused imode=refused
-[ "$mode" = killed ] && imode=killed
+[ "$mode" = killed ] || [ "$mode" = stopped ] && imode=killed
 envT=(env) envI=(env)
 [ "$mode" = secret ] && envT=(env FLAGCX_P2P_SECRET=alpha) envI=(env FLAGCX_P2P_SECRET=beta)
 "${envT[@]}" "${runT[@]}" "$bin" target "$dir" "$tmode" >"$dir/t.log" 2>&1 &
@@ -50,13 +53,15 @@ pids+=("$pt")
 pi=$!
 pids+=("$pi")
 ok=0
-if [ "$mode" = killed ]; then
-  # Kill the target once the initiator says so; then let the initiator see it.
+if [ "$imode" = killed ]; then
+  # Kill (or stop) the target once the initiator says so; then let the
+  # initiator see it.
   for _ in $(seq 600); do [ -e "$dir/ready-to-kill" ] && break; sleep 0.1; done
   [ -e "$dir/ready-to-kill" ] || { echo "FAIL: the initiator never got ready"; ok=1; }
-  kill -9 "$pt"; wait "$pt" 2>/dev/null
+  if [ "$mode" = stopped ]; then kill -STOP "$pt"; else kill -9 "$pt"; wait "$pt" 2>/dev/null; fi
   echo 1 > "$dir/killed"
   wait "$pi" || ok=1
+  kill -9 "$pt" 2>/dev/null
 else
   wait "$pt" || ok=1
   wait "$pi" || ok=1
@@ -75,7 +80,7 @@ case $mode in
          expect i.log "connection is other host" ;;
   secret) expect t.log "refused a connection"
           expect i.log "refused as expected: ok" ;;
-  killed) expect i.log "every call failed after the kill: ok" ;;
+  killed|stopped) expect i.log "every call failed after the kill: ok" ;;
 esac
 [ $ok = 0 ] && echo "PASS ($mode)"
 exit $ok
