@@ -165,6 +165,18 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
   return ok ? 0 : -1;
 }
 
+// ReadVector or WriteVector: same-host device memory through IPC when
+// ipcBufs are given, else the lanes.
+int vector(FlagcxP2pConn *c, Op op, const std::vector<void *> &local,
+           const std::vector<size_t> &sizes, const std::vector<FlagcxP2pRdmaDesc> &descs,
+           int numIovs, uint64_t *id, const std::vector<char *> &ipcBufs, const char *fn) {
+  size_t n = numIovs > 0 ? static_cast<size_t>(numIovs) : 0;
+  if (!vectorArgs(c, n, local.size(), sizes.size(), descs.size(), id, fn)) return -1;
+  if (!ipcBufs.empty() && c->isLocal)
+    return ipcVector(c, local, sizes, ipcBufs, n, op == Op::Write, id);
+  return submit(c, op, vectorSegs(local, sizes, descs, n), id, fn);
+}
+
 // Read or Write of one buffer.
 int single(FlagcxP2pConn *c, Op op, const void *data, size_t size, const FlagcxP2pRdmaDesc &d,
            uint64_t *id, const char *fn) {
@@ -228,13 +240,7 @@ int flagcxP2pEngineReadVector(FlagcxP2pConn *conn, std::vector<FlagcxP2pMr>,
                               std::vector<void *> dstVec, std::vector<size_t> sizeVec,
                               std::vector<FlagcxP2pRdmaDesc> descs, int numIovs,
                               uint64_t *transferId, std::vector<char *> ipcBufs) {
-  size_t n = numIovs > 0 ? static_cast<size_t>(numIovs) : 0;
-  if (!vectorArgs(conn, n, dstVec.size(), sizeVec.size(), descs.size(), transferId,
-                  "flagcxP2pEngineReadVector"))
-    return -1;
-  if (!ipcBufs.empty() && conn->isLocal)
-    return ipcVector(conn, dstVec, sizeVec, ipcBufs, n, false, transferId);
-  return submit(conn, Op::Read, vectorSegs(dstVec, sizeVec, descs, n), transferId,
+  return vector(conn, Op::Read, dstVec, sizeVec, descs, numIovs, transferId, ipcBufs,
                 "flagcxP2pEngineReadVector");
 }
 
@@ -243,13 +249,7 @@ int flagcxP2pEngineWriteVector(FlagcxP2pConn *conn, const std::vector<FlagcxP2pM
                                const std::vector<size_t> &sizeVec,
                                const std::vector<FlagcxP2pRdmaDesc> &descs, int numIovs,
                                uint64_t *transferId, const std::vector<char *> &ipcBufs) {
-  size_t n = numIovs > 0 ? static_cast<size_t>(numIovs) : 0;
-  if (!vectorArgs(conn, n, dstVec.size(), sizeVec.size(), descs.size(), transferId,
-                  "flagcxP2pEngineWriteVector"))
-    return -1;
-  if (!ipcBufs.empty() && conn->isLocal)
-    return ipcVector(conn, dstVec, sizeVec, ipcBufs, n, true, transferId);
-  return submit(conn, Op::Write, vectorSegs(dstVec, sizeVec, descs, n), transferId,
+  return vector(conn, Op::Write, dstVec, sizeVec, descs, numIovs, transferId, ipcBufs,
                 "flagcxP2pEngineWriteVector");
 }
 
