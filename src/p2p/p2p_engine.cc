@@ -335,9 +335,10 @@ FlagcxP2pConn *flagcxP2pEngineConnect(FlagcxP2pEngine *engine, const char *ipAdd
                                                        : "remotePort is out of range");
     return nullptr;
   }
-  std::string hp = strchr(ipAddr, ':') && ipAddr[0] != '['
-                       ? "[" + std::string(ipAddr) + "]:" + std::to_string(remotePort)
-                       : std::string(ipAddr) + ":" + std::to_string(remotePort);
+  bool v6 = strchr(ipAddr, ':') && ipAddr[0] != '[';  // a bare IPv6 address
+  char buf[320];
+  snprintf(buf, sizeof(buf), v6 ? "[%s]:%d" : "%s:%d", ipAddr, remotePort);
+  std::string hp = buf;
   SockAddr peer;
   if (!parseHostPort(hp, &peer)) {
     WARN(kP2P, "flagcxP2pEngineConnect: cannot parse address %s", hp.c_str());

@@ -117,6 +117,8 @@ struct FlagcxP2pConn {
 
   std::mutex xferMu;
   std::unordered_map<uint64_t, std::shared_ptr<flagcx::p2p::Xfer>> xfers;
+  std::mutex doneMu;  // a transfer ended: wakes the waits of WriteVectorSync & co.
+  std::condition_variable doneCv;
 
   std::mutex recvMu;
   std::condition_variable recvCv;

@@ -356,6 +356,10 @@ void finish(FlagcxP2pConn *c, Job &j, bool ok, const char *why) {
     j.xfer->task.failedCount.fetch_add(1, std::memory_order_release);
   }
   j.xfer->task.doneSliceCount.fetch_add(1, std::memory_order_release);
+  if (j.xfer->task.isAllDone()) {
+    std::lock_guard<std::mutex> lk(c->doneMu);
+    c->doneCv.notify_all();
+  }
 }
 
 void workerLoop(FlagcxP2pConn *c, Lane *l) {

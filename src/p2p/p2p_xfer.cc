@@ -111,9 +111,9 @@ bool waitAndForget(FlagcxP2pConn *c, uint64_t id) {
     if (it == c->xfers.end()) return false;
     x = it->second;
   }
-  for (int spins = 0; !x->task.isAllDone(); spins++) {
-    if (spins < 64) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+  {
+    std::unique_lock<std::mutex> lk(c->doneMu);
+    c->doneCv.wait(lk, [&] { return x->task.isAllDone(); });
   }
   std::lock_guard<std::mutex> lk(c->xferMu);
   c->xfers.erase(id);
