@@ -4,7 +4,8 @@
 # usage: run_pair.sh MODE P2P_PAIR_BINARY     (exit 77 = skipped, with the reason)
 #   default  one host, the default path (cross-memory attach where permitted)
 #   tcp      one host, FLAGCX_SHM_DISABLE=1: every byte through the TCP lanes;
-#            FLAGCX_SOCKET_IFNAME=lo: the engines listen on loopback
+#            FLAGCX_SOCKET_IFNAME=lo: the engines listen on loopback; 2 lanes
+#            each way and 64 KiB slices (FLAGCX_P2P_QPS_PER_CONN, _SLICE_SIZE)
 #   netns    two network namespaces joined by a veth pair (IPv6 ULA, nodad),
 #            each under `unshare -u` with its own hostname: two hosts
 #   secret   FLAGCX_P2P_SECRET differs: the connection is refused
@@ -28,7 +29,8 @@ export FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=P2P FLAGCX_TIMEOUT=${FLAGCX_TIMEOUT
 runT=() runI=()
 case $mode in
   default) ;;
-  tcp) export FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo ;;  # and the engines listen on lo
+  # and the engines listen on lo; 2 lanes each way, 64 KiB slices
+  tcp) export FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo FLAGCX_P2P_QPS_PER_CONN=2 FLAGCX_P2P_SLICE_SIZE=65536 ;;
   secret) ;;
   killed) ;;
   stopped) export FLAGCX_TIMEOUT=2 ;;
@@ -74,7 +76,7 @@ case $mode in
     expect i.log "connected to .*same host"
     # Cross-memory attach where the kernel permits it (see docs/P2P.md).
     if grep -q "CMA out 1" "$dir/i.log"; then echo "path: cross-memory attach"; else echo "path: TCP (CMA not permitted here)"; fi ;;
-  tcp) expect i.log "connected to .*same host.*CMA out 0 in 0"
+  tcp) expect i.log "connected to .*same host, 2 lanes each way, CMA out 0 in 0"
        expect t.log "engine listening on .* (interface lo)" ;;
   netns) expect i.log "connected to .*other host.*CMA out 0 in 0"
          expect i.log "connection is other host" ;;
