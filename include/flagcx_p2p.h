@@ -3,9 +3,10 @@
  *
  * C++ linkage, except the flagcxP2pRpc* functions at the end (a C ABI for
  * ctypes).  Names, argument order, defaults and struct layouts are FlagCX
- * 0.13's.  The engine is not implemented yet (README, "Not yet"): each
- * function logs one line and reports failure as its signature allows (NULL,
- * -1, false, an empty vector); flagcxP2pGlobalConfig() does work. */
+ * 0.13's; flagcxP2pEngineXferState is flagcx's addition.  docs/P2P.md has a
+ * tutorial and says how bytes move (TCP lanes, cross-memory attach on one
+ * host, CUDA IPC for device memory).  Failures log one line and report as
+ * the signature allows (NULL, -1, false). */
 #ifndef FLAGCX_P2P_H_
 #define FLAGCX_P2P_H_
 
@@ -166,6 +167,10 @@ int flagcxP2pEngineSendVector(FlagcxP2pConn *conn, std::vector<FlagcxP2pMr> mrId
 int flagcxP2pEngineRecv(FlagcxP2pConn *conn, FlagcxP2pMr mr, void *data, size_t maxSize);
 
 bool flagcxP2pEngineXferStatus(FlagcxP2pConn *conn, uint64_t transferId);
+/* flagcx's addition (not in FlagCX 0.13): 1 completed, 0 in flight, -1
+ * failed or unknown.  XferStatus reads false for both of the last two; like
+ * its true, an answer of 1 or -1 forgets the id. */
+int flagcxP2pEngineXferState(FlagcxP2pConn *conn, uint64_t transferId);
 
 /* "ip:port?gpu?notif_port"; the caller frees *metadataStr. */
 int flagcxP2pEngineGetMetadata(FlagcxP2pEngine *engine, char **metadataStr);

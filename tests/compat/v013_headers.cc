@@ -1,7 +1,7 @@
 // C++ side of the FlagCX 0.13 surface, built through pkg-config against the
 // staged install: the allocator argument defaults to flagcxMemCCL, and the
-// device API (flagcx_kernel.h) and the P2P engine (flagcx_p2p.h) compile, link
-// and answer "not supported" cleanly.
+// device API (flagcx_kernel.h) compiles, links and answers "not supported"
+// cleanly, and the P2P engine (flagcx_p2p.h) compiles, links and starts.
 #include <flagcx.h>
 #include <flagcx_kernel.h>
 #include <flagcx_p2p.h>
@@ -26,8 +26,12 @@ int main() {
   EXPECT(flagcxDevCommCreate(nullptr, &reqs, &dc) == flagcxNotSupported && dc == nullptr);
   flagcxDevMem_t dm;
   EXPECT(flagcxDevMemCreate(nullptr, nullptr, 0, nullptr, &dm) == flagcxNotSupported);
-  EXPECT(flagcxP2pEngineCreate() == nullptr);
-  EXPECT(flagcxP2pRpcEngineCreate() == nullptr);
+  FlagcxP2pEngine *engine = flagcxP2pEngineCreate();
+  EXPECT(engine != nullptr && flagcxP2pEngineGetRpcPort(engine) > 0);
+  flagcxP2pEngineDestroy(engine);
+  void *rpcEngine = flagcxP2pRpcEngineCreate();
+  EXPECT(rpcEngine != nullptr && flagcxP2pRpcGetPort(rpcEngine) > 0);
+  flagcxP2pRpcEngineDestroy(rpcEngine);
   EXPECT(flagcxP2pEngineGetNotifs().empty());
   EXPECT(flagcxP2pGlobalConfig().qpsPerConn == 4);
   FlagcxP2pRdmaDesc d{};
@@ -38,6 +42,6 @@ int main() {
   FlagcxP2pRdmaDesc back{};
   flagcxP2pDeserializeRdmaDesc(buf, &back);
   EXPECT(back.addr == 0x1234 && back.rkey == 7);
-  std::printf("C++ surface: default allocator, device API and P2P stubs link and answer\n");
+  std::printf("C++ surface: default allocator and device API stubs answer; a P2P engine starts\n");
   return 0;
 }

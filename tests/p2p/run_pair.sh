@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Runs p2p_pair's two processes (the target and the initiator) and checks
+# how the bytes went.
+# usage: run_pair.sh MODE P2P_PAIR_BINARY     (exit 77 = skipped, with the reason)
+#   default  one host, the default path (cross-memory attach where permitted)
+#   tcp      one host, FLAGCX_SHM_DISABLE=1: every byte through the TCP lanes;
+#            FLAGCX_SOCKET_IFNAME=lo: the engines listen on loopback; 2 lanes
+#            each way and 64 KiB slices (FLAGCX_P2P_QPS_PER_CONN, _SLICE_SIZE)
+#   netns    two network namespaces joined by a veth pair (IPv6 ULA, nodad),
+#            each under `unshare -u` with its own hostname: two hosts
+#   secret   FLAGCX_P2P_SECRET differs: the connection is refused
+#   killed   the target is killed (SIGKILL) midway: every later call fails
+#   stopped  the target is stopped (SIGSTOP) midway: every later call fails
+#            within FLAGCX_TIMEOUT (2 s here) instead of waiting forever
+set -u
+mode=$1
+bin=$2
+skip() { echo "SKIP: $*"; exit 77; }
+dir=$(mktemp -d)
+pids=()
+tag=fp$$
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  [ "$mode" = netns ] && netns_pair_down
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+export FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=P2P FLAGCX_TIMEOUT=${FLAGCX_TIMEOUT:-20}
+runT=() runI=()
+case $mode in
+  default) ;;
+  # and the engines listen on lo; 2 lanes each way, 64 KiB slices
+  tcp) export FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo FLAGCX_P2P_QPS_PER_CONN=2 FLAGCX_P2P_SLICE_SIZE=65536 ;;
+  secret) ;;
+  killed) ;;
+  stopped) export FLAGCX_TIMEOUT=2 ;;
+  netns)
+    . "$(dirname "$0")/../../tools/netns-pair.sh"
+    netns_pair_up "$tag" || skip "$why"
+    export FLAGCX_SOCKET_FAMILY=AF_INET6
+    runT=(ip netns exec "$nsA" unshare -u sh -c "hostname hosta-$tag; exec \"\$0\" \"\$@\"")
+    runI=(ip netns exec "$nsB" unshare -u sh -c "hostname hostb-$tag; exec \"\$0\" \"\$@\"")
+    ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac
+tmode=all imode=all
+[ "$mode" = secret ] && tmode=refused imode=refused
+[ "$mode" = killed ] || [ "$mode" = stopped ] && imode=killed
+envT=(env) envI=(env)
+[ "$mode" = secret ] && envT=(env FLAGCX_P2P_SECRET=alpha) envI=(env FLAGCX_P2P_SECRET=beta)
+"${envT[@]}" "${runT[@]}" "$bin" target "$dir" "$tmode" >"$dir/t.log" 2>&1 &
+pt=$!
+pids+=("$pt")
+"${envI[@]}" "${runI[@]}" "$bin" initiator "$dir" "$imode" >"$dir/i.log" 2>&1 &
+pi=$!
+pids+=("$pi")
+ok=0
+if [ "$imode" = killed ]; then
+  # Kill (or stop) the target once the initiator says so; then let the
+  # initiator see it.
+  for _ in $(seq 600); do [ -e "$dir/ready-to-kill" ] && break; sleep 0.1; done
+  [ -e "$dir/ready-to-kill" ] || { echo "FAIL: the initiator never got ready"; ok=1; }
+  if [ "$mode" = stopped ]; then kill -STOP "$pt"; else kill -9 "$pt"; wait "$pt" 2>/dev/null; fi
+  echo 1 > "$dir/killed"
+  wait "$pi" || ok=1
+  kill -9 "$pt" 2>/dev/null
+else
+  wait "$pt" || ok=1
+  wait "$pi" || ok=1
+fi
+echo "---- target"; cat "$dir/t.log"
+echo "---- initiator"; cat "$dir/i.log"
+expect() { grep -q "$2" "$dir/$1" || { echo "FAIL: $1 lacks \"$2\""; ok=1; }; }
+case $mode in
+  default)
+    expect i.log "connected to .*same host"
+    # Cross-memory attach where the kernel permits it (see docs/P2P.md).
+    if grep -q "CMA out 1" "$dir/i.log"; then echo "path: cross-memory attach"; else echo "path: TCP (CMA not permitted here)"; fi ;;
+  tcp) expect i.log "connected to .*same host, 2 lanes each way, CMA out 0 in 0"
+       expect t.log "engine listening on .* (interface lo)" ;;
+  netns) expect i.log "connected to .*other host.*CMA out 0 in 0"
+         expect i.log "connection is other host" ;;
+  secret) expect t.log "refused a connection"
+          expect i.log "refused as expected: ok" ;;
+  killed|stopped) expect i.log "every call failed after the kill: ok" ;;
+esac
+[ $ok = 0 ] && echo "PASS ($mode)"
+exit $ok

@@ -1,0 +1,170 @@
+// The P2P engine inside one process: argument checks, registration rules,
+// descriptors, IPC helpers on host memory, two engines of one process
+// (sameProcess), Accept after StopAccept, and connection teardown.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flagcx_p2p.h"
+
+namespace {
+
+uintptr_t u(const void *p) { return reinterpret_cast<uintptr_t>(p); }
+
+TEST(P2pUnit, NullArgumentsFailCleanly) {
+  FlagcxP2pMr mr = 0;
+  char buf[FLAGCX_P2P_DESC_SIZE];
+  EXPECT_EQ(flagcxP2pEngineReg(nullptr, 1, 1, mr), -1);
+  EXPECT_EQ(flagcxP2pEngineGetRpcPort(nullptr), -1);
+  EXPECT_EQ(flagcxP2pEngineStartRpcServer(nullptr), -1);
+  EXPECT_EQ(flagcxP2pEngineGetConn(nullptr, "1.2.3.4:5"), nullptr);
+  EXPECT_EQ(flagcxP2pEngineConnect(nullptr, "1.2.3.4", 0, 5), nullptr);
+  EXPECT_EQ(flagcxP2pEnginePrepareDesc(nullptr, 1, buf, 1, buf), -1);
+  EXPECT_EQ(flagcxP2pEngineMakeDesc(nullptr, 0, 0, nullptr), -1);
+  EXPECT_FALSE(flagcxP2pEngineXferStatus(nullptr, 1));
+  EXPECT_EQ(flagcxP2pEngineXferState(nullptr, 1), -1);
+  EXPECT_FALSE(flagcxP2pEngineConnIsLocal(nullptr));
+  EXPECT_EQ(flagcxP2pEngineWrite(nullptr, 0, buf, 1, FlagcxP2pRdmaDesc{}, nullptr), -1);
+  EXPECT_EQ(flagcxP2pRpcBatchWriteSync(nullptr, 1, nullptr, nullptr, nullptr), -1);
+  char *meta = reinterpret_cast<char *>(1);
+  EXPECT_EQ(flagcxP2pEngineGetMetadata(nullptr, &meta), -1);
+  EXPECT_EQ(meta, nullptr);
+  flagcxP2pEngineDestroy(nullptr);
+  flagcxP2pEngineConnDestroy(nullptr);
+}
+
+TEST(P2pUnit, RegionsAndDescriptors) {
+  FlagcxP2pEngine *e = flagcxP2pEngineCreate();
+  ASSERT_NE(e, nullptr);
+  std::vector<char> a(1 << 16), b(1 << 16);
+  FlagcxP2pMr ma = 0, mb = 0, again = 0, bad = 0;
+  ASSERT_EQ(flagcxP2pEngineReg(e, u(a.data()), a.size(), ma), 0);
+  EXPECT_EQ(flagcxP2pEngineReg(e, u(a.data()), a.size(), again), 0);
+  EXPECT_EQ(again, ma);  // the same region again
+  EXPECT_EQ(flagcxP2pEngineReg(e, u(a.data() + 100), 10, bad), -1);  // overlaps
+  EXPECT_EQ(flagcxP2pEngineReg(e, u(a.data()), 0, bad), -1);
+  ASSERT_EQ(flagcxP2pEngineReg(e, u(b.data()), b.size(), mb), 0);
+  EXPECT_NE(ma, mb);
+
+  char buf[FLAGCX_P2P_DESC_SIZE];
+  ASSERT_EQ(flagcxP2pEnginePrepareDesc(e, ma, a.data() + 16, 64, buf), 0);
+  FlagcxP2pRdmaDesc d{};
+  flagcxP2pDeserializeRdmaDesc(buf, &d);
+  EXPECT_EQ(d.addr, u(a.data() + 16));
+  EXPECT_EQ(d.size, 64u);
+  EXPECT_NE(d.rkey, 0u);
+  EXPECT_EQ(flagcxP2pEnginePrepareDesc(e, ma, a.data() + a.size() - 8, 64, buf), -1);  // past
+  EXPECT_EQ(flagcxP2pEnginePrepareDesc(e, mb, a.data(), 64, buf), -1);  // other region
+  EXPECT_EQ(flagcxP2pEngineUpdateDesc(d, u(a.data()), 8), 0);
+  EXPECT_EQ(d.addr, u(a.data()));
+  EXPECT_EQ(d.size, 8u);
+
+  // Host memory has no IPC info; an unregistered address is an error.
+  char ipc[FLAGCX_P2P_IPC_INFO_SIZE] = {};
+  bool has = true;
+  EXPECT_EQ(flagcxP2pEngineGetIpcInfo(e, u(a.data()), ipc, &has), 0);
+  EXPECT_FALSE(has);
+  EXPECT_EQ(flagcxP2pEngineGetIpcInfo(e, 8, ipc, &has), -1);
+  EXPECT_EQ(flagcxP2pEngineUpdateIpcInfo(ipc, 0, 8, 1), -1);   // addr below base
+  EXPECT_EQ(flagcxP2pEngineUpdateIpcInfo(ipc, 8, 0, 1), -1);   // holds no IPC info
+
+  flagcxP2pEngineMrDestroy(e, ma);
+  EXPECT_EQ(flagcxP2pEnginePrepareDesc(e, ma, a.data(), 64, buf), -1);
+  flagcxP2pEngineMrDestroy(e, ma);  // unknown now: logged, nothing else
+  char *meta = nullptr;
+  ASSERT_EQ(flagcxP2pEngineGetMetadata(e, &meta), 0);
+  std::string m(meta);
+  delete[] meta;
+  char needle[32];
+  std::snprintf(needle, sizeof(needle), ":%d?", flagcxP2pEngineGetRpcPort(e));
+  EXPECT_NE(m.find(needle), std::string::npos);
+  EXPECT_EQ(std::count(m.begin(), m.end(), '?'), 2);
+  flagcxP2pEngineDestroy(e);
+}
+
+TEST(P2pUnit, TwoEnginesOfOneProcess) {
+  FlagcxP2pEngine *t = flagcxP2pEngineCreate(), *i = flagcxP2pEngineCreate();
+  ASSERT_NE(t, nullptr);
+  ASSERT_NE(i, nullptr);
+  std::vector<char> dst(3 << 20, 0), src(3 << 20);
+  for (size_t k = 0; k < src.size(); k++) src[k] = static_cast<char>(k * 5 + 1);
+  FlagcxP2pMr md = 0, ms = 0;
+  ASSERT_EQ(flagcxP2pEngineReg(t, u(dst.data()), dst.size(), md), 0);
+  ASSERT_EQ(flagcxP2pEngineReg(i, u(src.data()), src.size(), ms), 0);
+  char *meta = nullptr;
+  ASSERT_EQ(flagcxP2pEngineGetMetadata(t, &meta), 0);
+  std::string session(meta, std::strcspn(meta, "?"));
+  delete[] meta;
+  std::string host = session.substr(0, session.rfind(':'));
+  if (host.front() == '[') host = host.substr(1, host.size() - 2);
+
+  FlagcxP2pConn *accepted = nullptr;
+  std::thread acc([&] {
+    char ip[64];
+    int gpu = 0;
+    accepted = flagcxP2pEngineAccept(t, ip, sizeof(ip), &gpu);
+  });
+  FlagcxP2pConn *c =
+      flagcxP2pEngineConnect(i, host.c_str(), 0, flagcxP2pEngineGetRpcPort(t), true);
+  acc.join();
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(accepted, nullptr);
+  EXPECT_TRUE(flagcxP2pEngineConnIsLocal(c));
+  EXPECT_EQ(flagcxP2pEngineStartListener(c), 0);
+  FlagcxP2pRdmaDesc d{};
+  ASSERT_EQ(flagcxP2pEngineMakeDesc(c, u(dst.data()), static_cast<uint32_t>(dst.size()), &d), 0);
+  EXPECT_EQ(flagcxP2pEngineWriteVectorSync(c, {ms}, {src.data()}, {src.size()}, {d}), 0);
+  EXPECT_EQ(dst, src);
+  // A region registered after the handshake: MakeDesc asks the peer again.
+  std::vector<char> late(4096, 0);
+  FlagcxP2pMr ml = 0;
+  ASSERT_EQ(flagcxP2pEngineReg(t, u(late.data()), late.size(), ml), 0);
+  ASSERT_EQ(flagcxP2pEngineMakeDesc(c, u(late.data()), 4096, &d), 0);
+  uint64_t id = 0;
+  ASSERT_EQ(flagcxP2pEngineWrite(c, ms, src.data(), 4096, d, &id), 0);
+  int st;
+  while ((st = flagcxP2pEngineXferState(c, id)) == 0) std::this_thread::yield();
+  EXPECT_EQ(st, 1);
+  EXPECT_EQ(std::memcmp(late.data(), src.data(), 4096), 0);
+  EXPECT_EQ(flagcxP2pEngineXferState(c, id), -1);  // reported once
+  // Zero bytes: done at once.
+  ASSERT_EQ(flagcxP2pEngineWrite(c, ms, src.data(), 0, d, &id), 0);
+  EXPECT_TRUE(flagcxP2pEngineXferStatus(c, id));
+  // A message and a notification between the two engines.
+  ASSERT_EQ(flagcxP2pEngineSend(c, ms, src.data(), 100, &id), 0);
+  std::vector<char> got(4096);
+  ASSERT_EQ(flagcxP2pEngineRecv(accepted, md, dst.data(), 100), 0);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 100), 0);
+  FlagcxP2pNotifyMsg n{};
+  std::strcpy(n.msg, "same process");
+  EXPECT_EQ(flagcxP2pEngineSendNotif(c, &n), static_cast<int>(sizeof(n)));
+  auto notes = flagcxP2pEngineGetNotifs();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_STREQ(notes[0].msg, "same process");
+  // Closing one end: the other sees a closed connection, quietly.
+  flagcxP2pEngineConnDestroy(c);
+  for (int k = 0; k < 1000 && flagcxP2pEngineSendNotif(accepted, &n) > 0; k++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(flagcxP2pEngineSendNotif(accepted, &n), -1);
+  flagcxP2pEngineDestroy(i);
+  flagcxP2pEngineDestroy(t);
+}
+
+TEST(P2pUnit, AcceptAfterStopAcceptReturnsAtOnce) {
+  FlagcxP2pEngine *e = flagcxP2pEngineCreate();
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(flagcxP2pEngineStartRpcServer(e), 0);
+  flagcxP2pEngineStopAccept(e);
+  char ip[64];
+  int gpu = 0;
+  EXPECT_EQ(flagcxP2pEngineAccept(e, ip, sizeof(ip), &gpu), nullptr);
+  EXPECT_EQ(flagcxP2pEngineGetConn(e, "not-a-session"), nullptr);
+  flagcxP2pEngineDestroy(e);
+}
+
+}  // namespace
