@@ -1,0 +1,108 @@
+// One-sided operations against a dead peer: after the peer registered and
+// was SIGKILLed, a wait for its signal, a put-with-signal to it and a
+// counted put to it must fail (never hang), over shm and over sockets.
+// The harness's deadline is what bounds the run; FLAGCX_TIMEOUT is 5 s.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tests/common/harness.h"
+
+namespace {
+
+enum class What { WaitSignal, PutSignal, RegionPut };
+
+int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
+  harness::CommOnStream c;
+  if (c.open(rank, nranks, id) != flagcxSuccess) return 2;
+  const size_t size = 1 << 20;
+  void *buf = nullptr;
+  if (alloc) {
+    if (flagcxMemAlloc(&buf, size, flagcxMemCCL) != flagcxSuccess) return 3;
+  } else {
+    buf = calloc(1, size);
+  }
+  flagcxWindow_t w = nullptr;
+  if (flagcxCommWindowRegister(c.comm, buf, size, &w, FLAGCX_WIN_COLL_SYMMETRIC, flagcxMemCCL) !=
+      flagcxSuccess)
+    return 4;
+  if (flagcxOneSideRegister(c.comm, buf, size) != flagcxSuccess) return 5;
+  if (flagcxBarrier(c.comm, c.stream) != flagcxSuccess || c.sync() != flagcxSuccess) return 6;
+  if (rank == 1) raise(SIGKILL);
+  std::vector<char> src(size, 7);
+  flagcxResult_t r = flagcxSuccess;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  switch (what) {
+    case What::WaitSignal: {
+      flagcxWaitSignalDesc_t d{1, 1};
+      r = flagcxWaitSignal(1, &d, c.comm, c.stream);
+      if (r == flagcxSuccess) r = c.sync();
+      break;
+    }
+    case What::PutSignal:
+      // Rounds until one fails (the first ones may land before the peer is
+      // gone, or in a socket buffer); 15 s is far beyond every bound.
+      for (int i = 0; r == flagcxSuccess && std::chrono::steady_clock::now() < until; i++) {
+        r = flagcxPutSignal(src.data(), size, flagcxUint8, 1, w, 0, 0, c.comm, c.stream);
+        if (r == flagcxSuccess) r = c.sync();
+      }
+      break;
+    case What::RegionPut:
+      for (int i = 0; r == flagcxSuccess && std::chrono::steady_clock::now() < until; i++) {
+        r = flagcxPut(c.comm, 1, 0, 0, size, 0, 0);
+        if (r == flagcxSuccess) r = flagcxWaitCounter(c.comm, static_cast<uint64_t>(i + 1));
+      }
+      break;
+  }
+  if (r == flagcxSuccess) {
+    fprintf(stderr, "rank 0: every operation to the dead rank 1 succeeded\n");
+    return 10;
+  }
+  // The communicator is still usable for teardown.
+  flagcxCommAbort(c.comm);
+  if (alloc) flagcxMemFree(buf, flagcxMemCCL);
+  else free(buf);
+  return 0;
+}
+
+struct Param {
+  What what;
+  bool alloc;
+  bool socket;
+};
+
+class DeadPeer : public ::testing::TestWithParam<Param> {};
+
+TEST_P(DeadPeer, FailsInsteadOfHanging) {
+  Param p = GetParam();
+  // A mapped put lands in the dead rank's memory without error; its signal
+  // and the counted put must still fail.
+  harness::Env env{{{"FLAGCX_TIMEOUT", "5"}, {"FLAGCX_SHM_DISABLE", p.socket ? "1" : "0"}}};
+  auto res = harness::run(
+      2, [&](int r, int n, flagcxUniqueId *id) { return body(r, n, id, p.what, p.alloc); }, env,
+      60);
+  EXPECT_EQ(res.signal(1), SIGKILL) << res.describe();
+  EXPECT_TRUE(res.ok(0)) << res.failures();
+}
+
+std::string name(const ::testing::TestParamInfo<Param> &i) {
+  const char *w = i.param.what == What::WaitSignal  ? "WaitSignal"
+                  : i.param.what == What::PutSignal ? "PutSignal"
+                                                    : "RegionPut";
+  return std::string(w) + (i.param.alloc ? "_memalloc" : "_malloc") +
+         (i.param.socket ? "_socket" : "_shm");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OneSided, DeadPeer,
+    ::testing::Values(Param{What::WaitSignal, true, false}, Param{What::WaitSignal, false, true},
+                      Param{What::PutSignal, true, false}, Param{What::PutSignal, false, false},
+                      Param{What::PutSignal, false, true}, Param{What::RegionPut, true, false},
+                      Param{What::RegionPut, false, true}),
+    name);
+
+}  // namespace
