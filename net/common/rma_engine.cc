@@ -2,6 +2,7 @@
 // that sends submitted requests and applies incoming ones.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cinttypes>
 #include <cstring>
 #include <deque>
@@ -147,9 +148,17 @@ class Engine final : public RmaEngine {
     r.dst = dst;
     r.done = done;
     r.posted = Clock::now();
-    std::lock_guard<std::mutex> g(qMu_);
-    queue_.push_back({peer, r});
-    pendingSubmits_.store(true, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> g(qMu_);
+      queue_.push_back({peer, r});
+      pendingSubmits_.store(true);
+    }
+    // A service thread asleep in a long idle wait is woken (a short sleep
+    // or a spin sees the request soon enough by itself).
+    if (sleeping_.load()) {
+      std::lock_guard<std::mutex> g(sleepMu_);
+      sleepCv_.notify_one();
+    }
   }
 
   bool lookup(uint32_t key, uint64_t off, uint64_t len, char **at, uint64_t *size) {
@@ -385,7 +394,15 @@ class Engine final : public RmaEngine {
       } else {
         // Idle: poll less often the longer nothing moves.
         bool longIdle = now - lastMove > std::chrono::milliseconds(50);
-        std::this_thread::sleep_for(std::chrono::microseconds(longIdle ? 500 : 50));
+        if (!longIdle) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        } else {
+          std::unique_lock<std::mutex> lk(sleepMu_);
+          sleeping_.store(true);
+          if (!pendingSubmits_.load())  // seq_cst with submit(): no lost wake-up
+            sleepCv_.wait_for(lk, std::chrono::microseconds(500));
+          sleeping_.store(false, std::memory_order_relaxed);
+        }
       }
     }
     shutdown();
@@ -438,6 +455,9 @@ class Engine final : public RmaEngine {
   std::atomic<bool> pendingSubmits_{false};
   std::mutex regMu_;
   std::map<uint32_t, Region> regions_;
+  std::mutex sleepMu_;
+  std::condition_variable sleepCv_;
+  std::atomic<bool> sleeping_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -161,13 +161,20 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   if (!mine.device) mine.shareable = exportHost(buf, size, mine.ipc);
   std::vector<RegRecord> all(n);
   all[static_cast<size_t>(rank_)] = mine;
-  FLAGCX_CHECK(comm_->bs->allgather(all.data(), sizeof(RegRecord)));
-  for (size_t r = 0; r < n; r++)
+  // Ready for requests before any peer learns of the memory: a peer may
+  // leave the allgather and write before this rank does.
+  eng_->expose(key, buf, size);
+  flagcxResult_t rc = comm_->bs->allgather(all.data(), sizeof(RegRecord));
+  for (size_t r = 0; r < n && rc == flagcxSuccess; r++)
     if (all[r].device) {
       WARN(kInit, "rank %d: one-sided registration: rank %zu registered device memory; device "
            "windows and regions are not supported yet (docs/ONESIDED.md)", rank_, r);
-      return flagcxNotSupported;
+      rc = flagcxNotSupported;
     }
+  if (rc != flagcxSuccess) {
+    eng_->withdraw(key);
+    return rc;
+  }
   out->key = key;
   out->base = static_cast<char *>(buf);
   out->size = size;
@@ -182,7 +189,6 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
       rm.ownsMap = rm.mapped != nullptr;
     }
   }
-  eng_->expose(key, buf, size);
   return flagcxSuccess;
 }
 

@@ -12,8 +12,7 @@
 //             alone: the signal round trip.
 // -m 1 runs MPI passive-target RMA in the same run (MPI_Win_allocate,
 // MPI_Win_lock_all): MPI_Put / MPI_Get x n + MPI_Win_flush, and for
-// putsignal MPI_Put + flush + MPI_Accumulate on the peer's counter + flush,
-// the peer polling its counter with MPI_Fetch_and_op(MPI_NO_OP).
+// putsignal MPI_Put + MPI_Win_flush + a zero-byte MPI_Send as the signal.
 #include <mpi.h>
 
 #include <algorithm>
@@ -47,7 +46,6 @@ struct Ctx {
   uint64_t counter = 0;
   MPI_Win mwin;
   unsigned char *mbuf = nullptr;  // MPI window memory (+8 bytes of counter)
-  uint64_t mpiSignals = 0;
 };
 
 [[noreturn]] void die(const Ctx &c, const char *what, flagcxResult_t r) {
@@ -104,24 +102,18 @@ double runMemcpy(Ctx &c, size_t bytes, int n) {
 double runMpi(Ctx &c, size_t bytes, int n) {
   MPI_Barrier(MPI_COMM_WORLD);
   auto t0 = Clock::now();
-  MPI_Aint ctr = static_cast<MPI_Aint>(c.opt.maxBytes);
   if (c.kind == Kind::PutSignal) {
-    uint64_t one = 1, got = 0;
+    // MPI has no put-with-notification: MPI_Put + MPI_Win_flush, then a
+    // zero-byte message as the signal.  (Polling a counter updated with
+    // MPI_Accumulate stalled MPICH/UCX here for seconds per call.)
     auto send = [&] {
       if (bytes) {
         MPI_Put(c.local, static_cast<int>(bytes), MPI_BYTE, c.peer, 0, static_cast<int>(bytes), MPI_BYTE, c.mwin);
         MPI_Win_flush(c.peer, c.mwin);
       }
-      MPI_Accumulate(&one, 1, MPI_UINT64_T, c.peer, ctr, 1, MPI_UINT64_T, MPI_SUM, c.mwin);
-      MPI_Win_flush(c.peer, c.mwin);
+      MPI_Send(nullptr, 0, MPI_BYTE, c.peer, 7, MPI_COMM_WORLD);
     };
-    auto wait = [&] {
-      c.mpiSignals++;
-      do {
-        MPI_Fetch_and_op(nullptr, &got, MPI_UINT64_T, c.rank, ctr, MPI_NO_OP, c.mwin);
-        MPI_Win_flush(c.rank, c.mwin);
-      } while (got < c.mpiSignals);
-    };
+    auto wait = [&] { MPI_Recv(nullptr, 0, MPI_BYTE, c.peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE); };
     for (int i = 0; i < n; i++) {
       if (c.initiator) {
         send();
@@ -162,15 +154,22 @@ size_t check(Ctx &c, size_t bytes) {
   return wrong;
 }
 
+// Warm up in doubling batches until a batch lasts about -W ms (at least -w
+// calls); its pace sizes the timed run (at least -n calls, about -T ms).
+// Every decision is taken on the slowest rank's time, so that both ranks of
+// a ping-pong make the same number of calls.
 int iterationsFor(Ctx &c, size_t bytes, double (*run)(Ctx &, size_t, int)) {
-  int w = std::max(1, c.opt.warmup);
-  double t = run(c, bytes, w);
-  double per = std::max(t / w, 1e-8);
+  long k = std::max(1, c.opt.warmup);
+  double per = 0;
+  for (;;) {
+    double t = run(c, bytes, static_cast<int>(k)), worst = 0;
+    MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    per = std::max(worst / static_cast<double>(k), 1e-9);
+    if (worst * 1000 >= std::max(c.opt.warmupMs, 1) || k >= 1000000) break;
+    k *= 2;
+  }
   long n = std::max<long>(c.opt.iters, static_cast<long>(c.opt.targetMs / 1000.0 / per));
-  n = std::min<long>(n, 1000000);
-  int ni = static_cast<int>(n), out = 0;
-  MPI_Allreduce(&ni, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return out;
+  return static_cast<int>(std::min<long>(n, 1000000));
 }
 
 }  // namespace
@@ -234,15 +233,9 @@ int main(int argc, char **argv) {
   }
   size_t totalWrong = 0;
   std::vector<size_t> sizes;
-  for (size_t s = c.opt.minBytes;; s *= c.opt.factor) {
-    sizes.push_back(s);
-    if (s >= c.opt.maxBytes || c.opt.factor < 2 || s == 0) {
-      if (s == 0 && c.opt.maxBytes > 0) {
-        for (size_t t = 1; t <= c.opt.maxBytes; t *= std::max<size_t>(c.opt.factor, 2)) sizes.push_back(t);
-      }
-      break;
-    }
-  }
+  size_t f = std::max<size_t>(c.opt.factor, 2);
+  if (c.opt.minBytes == 0) sizes.push_back(0);
+  for (size_t s = std::max<size_t>(c.opt.minBytes, 1); s <= c.opt.maxBytes; s *= f) sizes.push_back(s);
   for (size_t bytes : sizes) {
     if (c.kind != Kind::PutSignal && bytes == 0) continue;
     // Inputs: the initiator's source (put, putsignal) or the target's region (get).
