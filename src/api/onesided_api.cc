@@ -1,5 +1,7 @@
 // One-sided entry points (FlagCX v0.13): windows and regions.  Every check
 // names the argument and the bound it broke; then src/core/onesided does it.
+#include <cstdio>
+
 #include "api/checks.h"
 #include "core/onesided.h"
 
@@ -29,10 +31,13 @@ flagcxResult_t state(const char *fn, flagcxComm *comm, bool create, OneSided **o
 // off + len within a region of `size` bytes.
 flagcxResult_t checkRange(const char *fn, const char *offName, size_t off, size_t len,
                           uint64_t size, const char *what, int owner, int idx) {
-  if (off > size || len > size - off)
+  if (off > size || len > size - off) {
+    char which[32] = "";
+    if (idx >= 0) snprintf(which, sizeof which, " %d", idx);
     return argError(flagcxInvalidArgument, kP2P, "%s: %s %zu + %zu bytes is past the end of rank "
-                    "%d's %s %d (%llu bytes)", fn, offName, off, len, owner, what, idx,
+                    "%d's %s%s (%llu bytes)", fn, offName, off, len, owner, what, which,
                     static_cast<unsigned long long>(size));
+  }
   return flagcxSuccess;
 }
 
@@ -217,7 +222,7 @@ extern "C" flagcxResult_t flagcxPutSignal(const void *localbuff, size_t count,
   API_CHECK(state(fn, comm, false, &os));
   API_CHECK(checkWindow(fn, peerWin, os));
   API_CHECK(checkRange(fn, "peerWinOffset", peerWinOffset, bytes,
-                       peerWin->reg.peer[static_cast<size_t>(peer)].size, "window", peer, 0));
+                       peerWin->reg.peer[static_cast<size_t>(peer)].size, "window", peer, -1));
   return os->putSignal(localbuff, bytes, peer, peerWin, peerWinOffset, true, stream);
 }
 

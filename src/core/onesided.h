@@ -106,6 +106,7 @@ class OneSided {
   flagcxResult_t waitDone(RmaDone &d, int peer, const char *what);
   flagcxResult_t peerProblem(int peer);
   flagcxResult_t checkMappedPeer(int peer, const char *fn);
+  RmaDone *countedOp();
 
   flagcxComm *comm_;
   int rank_, nranks_;

@@ -206,6 +206,17 @@ flagcxResult_t OneSided::waitSignal(int n, const flagcxWaitSignalDesc_t *descs,
   return rc;
 }
 
+// A region operation's completion: counted once when all its parts are done
+// (the engine frees it), failures kept for flagcxWaitCounter.
+RmaDone *OneSided::countedOp() {
+  auto *d = new RmaDone;
+  d->owned = true;
+  d->counter = &completed_;
+  d->errorSink = &error_;
+  d->left.store(1);
+  return d;
+}
+
 // Regions.  A batch is one counted operation: the mapped entries are copied
 // now, the others go to the engine; a guard count keeps the batch open until
 // every entry was issued.
@@ -214,11 +225,7 @@ flagcxResult_t OneSided::batchPut(int peer, const size_t *srcOff, const size_t *
                                   size_t count) {
   int bad = error_.load();
   if (bad != flagcxSuccess) return static_cast<flagcxResult_t>(bad);
-  auto *d = new RmaDone;
-  d->owned = true;
-  d->counter = &completed_;
-  d->errorSink = &error_;
-  d->left.store(1);
+  RmaDone *d = countedOp();
   std::lock_guard<std::mutex> g(mu_);
   for (size_t i = 0; i < count; i++) {
     const RegInfo &src = regions_[static_cast<size_t>(srcIdx[i])];
@@ -254,11 +261,7 @@ flagcxResult_t OneSided::get(int peer, size_t srcOff, size_t dstOff, size_t size
     completed_.fetch_add(1, std::memory_order_release);
     return flagcxSuccess;
   }
-  auto *d = new RmaDone;
-  d->owned = true;
-  d->counter = &completed_;
-  d->errorSink = &error_;
-  d->left.store(1);
+  RmaDone *d = countedOp();
   eng_->get(peer, dst.base + dstOff, size, src.key, srcOff, d);
   return flagcxSuccess;
 }
@@ -277,11 +280,7 @@ flagcxResult_t OneSided::putValue(int peer, uint64_t value, size_t dstOff, int d
     completed_.fetch_add(1, std::memory_order_release);
     return flagcxSuccess;
   }
-  auto *d = new RmaDone;
-  d->owned = true;
-  d->counter = &completed_;
-  d->errorSink = &error_;
-  d->left.store(1);
+  RmaDone *d = countedOp();
   eng_->putValue(peer, value, dst.key, dstOff, d);
   return flagcxSuccess;
 }

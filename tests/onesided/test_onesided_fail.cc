@@ -1,9 +1,11 @@
 // One-sided operations against a dead peer: after the peer registered and
 // was SIGKILLed, a wait for its signal, a put-with-signal to it and a
-// counted put to it must fail (never hang), over shm and over sockets.
+// counted put to it must fail (never hang), over shm and over sockets; a
+// wait for a SIGSTOPped (silent) peer fails at FLAGCX_TIMEOUT.
 // The harness's deadline is what bounds the run; FLAGCX_TIMEOUT is 5 s.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -14,7 +16,11 @@
 
 namespace {
 
-enum class What { WaitSignal, PutSignal, RegionPut };
+enum class What { WaitSignal, PutSignal, RegionPut, WaitStopped };
+
+// The ranks' pids, shared with them (MAP_SHARED before the fork): rank 0
+// ends a stopped rank 1 once it has its error.
+pid_t *g_pids = nullptr;
 
 int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
   harness::CommOnStream c;
@@ -32,11 +38,12 @@ int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
     return 4;
   if (flagcxOneSideRegister(c.comm, buf, size) != flagcxSuccess) return 5;
   if (flagcxBarrier(c.comm, c.stream) != flagcxSuccess || c.sync() != flagcxSuccess) return 6;
-  if (rank == 1) raise(SIGKILL);
+  if (rank == 1) raise(what == What::WaitStopped ? SIGSTOP : SIGKILL);
   std::vector<char> src(size, 7);
   flagcxResult_t r = flagcxSuccess;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   switch (what) {
+    case What::WaitStopped:  // a silent peer: the wait ends at FLAGCX_TIMEOUT
     case What::WaitSignal: {
       flagcxWaitSignalDesc_t d{1, 1};
       r = flagcxWaitSignal(1, &d, c.comm, c.stream);
@@ -58,6 +65,7 @@ int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
       }
       break;
   }
+  if (what == What::WaitStopped && g_pids && g_pids[1] > 0) kill(g_pids[1], SIGKILL);
   if (r == flagcxSuccess) {
     fprintf(stderr, "rank 0: every operation to the dead rank 1 succeeded\n");
     return 10;
@@ -82,17 +90,25 @@ TEST_P(DeadPeer, FailsInsteadOfHanging) {
   // A mapped put lands in the dead rank's memory without error; its signal
   // and the counted put must still fail.
   harness::Env env{{{"FLAGCX_TIMEOUT", "5"}, {"FLAGCX_SHM_DISABLE", p.socket ? "1" : "0"}}};
+  g_pids = static_cast<pid_t *>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                                     MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(g_pids, MAP_FAILED);
   auto res = harness::run(
       2, [&](int r, int n, flagcxUniqueId *id) { return body(r, n, id, p.what, p.alloc); }, env,
-      60);
+      60, [](std::vector<pid_t> &pids) {
+        for (size_t i = 0; i < pids.size() && i < 2; i++) g_pids[i] = pids[i];
+      });
+  munmap(g_pids, 4096);
+  g_pids = nullptr;
   EXPECT_EQ(res.signal(1), SIGKILL) << res.describe();
   EXPECT_TRUE(res.ok(0)) << res.failures();
 }
 
 std::string name(const ::testing::TestParamInfo<Param> &i) {
-  const char *w = i.param.what == What::WaitSignal  ? "WaitSignal"
-                  : i.param.what == What::PutSignal ? "PutSignal"
-                                                    : "RegionPut";
+  const char *w = i.param.what == What::WaitSignal    ? "WaitSignal"
+                  : i.param.what == What::PutSignal   ? "PutSignal"
+                  : i.param.what == What::WaitStopped ? "WaitStoppedPeer"
+                                                      : "RegionPut";
   return std::string(w) + (i.param.alloc ? "_memalloc" : "_malloc") +
          (i.param.socket ? "_socket" : "_shm");
 }
@@ -102,7 +118,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Param{What::WaitSignal, true, false}, Param{What::WaitSignal, false, true},
                       Param{What::PutSignal, true, false}, Param{What::PutSignal, false, false},
                       Param{What::PutSignal, false, true}, Param{What::RegionPut, true, false},
-                      Param{What::RegionPut, false, true}),
+                      Param{What::RegionPut, false, true}, Param{What::WaitStopped, true, false},
+                      Param{What::WaitStopped, false, true}),
     name);
 
 }  // namespace
