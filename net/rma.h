@@ -42,29 +42,46 @@ struct RmaDone {
 // callers use it for the guard count they add while posting a batch).
 void rmaComplete(RmaDone *d, int rc);
 
+class IbRma;
+
+// Where an operation lands in a peer reached by native RDMA (verbs): the
+// address and remote key the peer published at registration.
+struct RmaRemote {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+};
+
 class RmaEngine {
  public:
   // conns[peer]: the Conn to each peer served by this engine (null for self
   // and unserved peers).  signals[r] counts the signals received from rank r.
+  // `native` (may be null) carries operations to the peers it serves as
+  // RDMA WRITE / READ / FETCH_ADD when the caller passes an RmaRemote.
   static std::unique_ptr<RmaEngine> create(int rank, int nranks,
                                            std::vector<std::unique_ptr<Conn>> conns,
-                                           std::atomic<uint64_t> *signals, size_t signalStride);
+                                           std::atomic<uint64_t> *signals, size_t signalStride,
+                                           std::unique_ptr<IbRma> native);
   virtual ~RmaEngine() = default;
 
   // Memory that peers may write and read under `key` (withdraw before it is
   // freed; requests for a withdrawn key fail the requesting peer).
-  virtual void expose(uint32_t key, void *base, uint64_t size) = 0;
+  // *rkey: the remote key native peers need (0 without native peers).
+  virtual flagcxResult_t expose(uint32_t key, void *base, uint64_t size, uint32_t *rkey) = 0;
   virtual void withdraw(uint32_t key) = 0;
 
   // Post one operation (the caller counted it in done->left, and checked the
   // range against the size the peer registered).  src/dst stay valid until
   // the operation completes.
+  // `remote` (native peers only; null = as a message): where it lands.
   virtual void put(int peer, const void *src, uint64_t len, uint32_t key, uint64_t off,
-                   RmaDone *done) = 0;
+                   RmaDone *done, const RmaRemote *remote = nullptr) = 0;
   virtual void get(int peer, void *dst, uint64_t len, uint32_t key, uint64_t off,
-                   RmaDone *done) = 0;
+                   RmaDone *done, const RmaRemote *remote = nullptr) = 0;
   virtual void putValue(int peer, uint64_t value, uint32_t key, uint64_t off, RmaDone *done) = 0;
-  virtual void signal(int peer, uint64_t add, RmaDone *done) = 0;
+  virtual void signal(int peer, uint64_t add, RmaDone *done,
+                      const RmaRemote *remote = nullptr) = 0;
+  // Whether operations to `peer` can go as native RDMA.
+  virtual bool native(int peer) const = 0;
 
   // Whether the peer is unreachable (its Conn failed, or it closed its
   // engine); operations to it fail at once.

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "net/ibverbs/ib_rma.h"
 #include "net/rma.h"
 
 namespace flagcx {
@@ -67,6 +68,8 @@ struct Request {  // submitted by a caller, waiting for an answer
   void *dst = nullptr;        // get destination
   RmaDone *done = nullptr;
   Clock::time_point posted;
+  bool native = false;        // as RDMA, to `remote`
+  RmaRemote remote;
 };
 
 struct Out {  // a message to send: header, optional payload
@@ -85,7 +88,11 @@ struct Peer {
   bool inPayload = false;
   RmaHdr in{}, cur{};
   Clock::time_point lastSend;
+  // Native RDMA: queued, and posted (by id) until their completion.
+  std::deque<Request> natQ;
+  std::map<uint64_t, Request> natWait;
 };
+constexpr size_t kMaxNative = 64;  // operations posted per queue pair
 
 struct Region {
   char *base;
@@ -95,8 +102,9 @@ struct Region {
 class Engine final : public RmaEngine {
  public:
   Engine(int rank, int nranks, std::vector<std::unique_ptr<Conn>> conns,
-         std::atomic<uint64_t> *signals, size_t stride)
-      : rank_(rank), signals_(signals), stride_(stride), peers_(static_cast<size_t>(nranks)) {
+         std::atomic<uint64_t> *signals, size_t stride, std::unique_ptr<IbRma> native)
+      : rank_(rank), signals_(signals), stride_(stride), peers_(static_cast<size_t>(nranks)),
+        native_(std::move(native)) {
     int64_t t = paramInt(Param::TIMEOUT);
     timeout_ = std::chrono::seconds(t > 0 ? t : 600);
     keepalive_ = std::max<Clock::duration>(std::chrono::milliseconds(250), timeout_ / 4);
@@ -112,42 +120,54 @@ class Engine final : public RmaEngine {
     if (thread_.joinable()) thread_.join();
   }
 
-  void expose(uint32_t key, void *base, uint64_t size) override {
+  flagcxResult_t expose(uint32_t key, void *base, uint64_t size, uint32_t *rkey) override {
+    *rkey = 0;
+    if (native_) FLAGCX_CHECK(native_->expose(base, size, rkey));
     std::lock_guard<std::mutex> g(regMu_);
     regions_[key] = Region{static_cast<char *>(base), size};
+    return flagcxSuccess;
   }
   void withdraw(uint32_t key) override {
     std::lock_guard<std::mutex> g(regMu_);
-    regions_.erase(key);
+    auto it = regions_.find(key);
+    if (it == regions_.end()) return;
+    if (native_) native_->withdraw(it->second.base);
+    regions_.erase(it);
   }
   void put(int peer, const void *src, uint64_t len, uint32_t key, uint64_t off,
-           RmaDone *done) override {
-    submit(peer, RmaHdr{kPut, key, off, len, 0, 0}, src, nullptr, done);
+           RmaDone *done, const RmaRemote *remote) override {
+    submit(peer, RmaHdr{kPut, key, off, len, 0, 0}, src, nullptr, done, remote);
   }
   void get(int peer, void *dst, uint64_t len, uint32_t key, uint64_t off,
-           RmaDone *done) override {
-    submit(peer, RmaHdr{kGet, key, off, len, 0, 0}, nullptr, dst, done);
+           RmaDone *done, const RmaRemote *remote) override {
+    submit(peer, RmaHdr{kGet, key, off, len, 0, 0}, nullptr, dst, done, remote);
   }
+  bool native(int peer) const override { return native_ && native_->serves(peer); }
   void putValue(int peer, uint64_t value, uint32_t key, uint64_t off, RmaDone *done) override {
     submit(peer, RmaHdr{kValue, key, off, 8, 0, value}, nullptr, nullptr, done);
   }
-  void signal(int peer, uint64_t add, RmaDone *done) override {
-    submit(peer, RmaHdr{kSignal, 0, 0, 0, 0, add}, nullptr, nullptr, done);
+  void signal(int peer, uint64_t add, RmaDone *done, const RmaRemote *remote) override {
+    submit(peer, RmaHdr{kSignal, 0, 0, 0, 0, add}, nullptr, nullptr, done, remote);
   }
   bool peerGone(int peer) const override { return goneFlag_[static_cast<size_t>(peer)].load(); }
   bool serves(int peer) const override {
     return peer >= 0 && static_cast<size_t>(peer) < peers_.size() &&
-           peers_[static_cast<size_t>(peer)].conn != nullptr;
+           (peers_[static_cast<size_t>(peer)].conn != nullptr || native(peer));
   }
 
  private:
-  void submit(int peer, RmaHdr h, const void *src, void *dst, RmaDone *done) {
+  void submit(int peer, RmaHdr h, const void *src, void *dst, RmaDone *done,
+              const RmaRemote *remote = nullptr) {
     Request r;
     r.hdr = h;
     r.src = src;
     r.dst = dst;
     r.done = done;
     r.posted = Clock::now();
+    if (remote && native(peer)) {
+      r.native = true;
+      r.remote = *remote;
+    }
     {
       std::lock_guard<std::mutex> g(qMu_);
       queue_.push_back({peer, r});
@@ -184,6 +204,10 @@ class Engine final : public RmaEngine {
            pe.waiting.size() + pe.outq.size());
     for (auto &w : pe.waiting) complete(w.second.done, rc);
     pe.waiting.clear();
+    for (auto &w : pe.natWait) complete(w.second.done, rc);
+    pe.natWait.clear();
+    for (auto &q : pe.natQ) complete(q.done, rc);
+    pe.natQ.clear();
     for (auto &o : pe.outq)
       if (o->hdr.op != kAck && o->hdr.op != kData && o->hdr.op != kNop && o->hdr.op != kBye) {
         auto it = early_.find(o->hdr.id);
@@ -347,6 +371,44 @@ class Engine final : public RmaEngine {
     return flagcxSuccess;
   }
 
+  // Native RDMA to peer p: post what fits, collect completions.  Polling
+  // also serves the peer's requests on the software device.
+  flagcxResult_t progressNative(int p, Clock::time_point now, bool *moved) {
+    Peer &pe = peers_[static_cast<size_t>(p)];
+    while (!pe.natQ.empty() && pe.natWait.size() < kMaxNative) {
+      Request r = pe.natQ.front();
+      pe.natQ.pop_front();
+      uint64_t id = r.hdr.id;
+      flagcxResult_t rc =
+          r.hdr.op == kPut      ? native_->write(p, r.src, r.hdr.len, r.remote.addr, r.remote.rkey, id)
+          : r.hdr.op == kGet    ? native_->read(p, r.dst, r.hdr.len, r.remote.addr, r.remote.rkey, id)
+                                : native_->fetchAdd(p, r.remote.addr, r.remote.rkey, r.hdr.value, id);
+      pe.natWait[id] = r;
+      if (rc != flagcxSuccess) return rc;
+      *moved = true;
+    }
+    IbRma::Done d[16];
+    int n = native_->poll(p, d, 16);
+    if (n < 0) {
+      WARN(kNet, "rank %d: one-sided: the verbs queue pair to rank %d failed", rank_, p);
+      return flagcxRemoteError;
+    }
+    for (int i = 0; i < n; i++) {
+      auto it = pe.natWait.find(d[i].id);
+      if (it == pe.natWait.end()) continue;
+      RmaDone *done = it->second.done;
+      pe.natWait.erase(it);
+      complete(done, d[i].rc);
+      *moved = true;
+    }
+    if (!pe.natWait.empty() && now - pe.natWait.begin()->second.posted > timeout_) {
+      WARN(kNet, "rank %d: one-sided: a verbs %s to rank %d did not complete within "
+           "FLAGCX_TIMEOUT", rank_, opName(pe.natWait.begin()->second.hdr.op), p);
+      return flagcxRemoteError;
+    }
+    return flagcxSuccess;
+  }
+
   void takeSubmits() {
     if (!pendingSubmits_.load(std::memory_order_acquire)) return;
     std::vector<std::pair<int, Request>> q;
@@ -357,8 +419,13 @@ class Engine final : public RmaEngine {
     }
     for (auto &e : q) {
       Peer &pe = peers_[static_cast<size_t>(e.first)];
-      if (pe.gone || !pe.conn) {
+      if (pe.gone || (!pe.conn && !e.second.native)) {
         complete(e.second.done, pe.gone ? pe.err : flagcxInternalError);
+        continue;
+      }
+      if (e.second.native) {
+        e.second.hdr.id = nextId_++;
+        pe.natQ.push_back(e.second);
         continue;
       }
       e.second.hdr.id = nextId_++;
@@ -380,8 +447,10 @@ class Engine final : public RmaEngine {
       bool moved = false;
       for (size_t p = 0; p < peers_.size(); p++) {
         Peer &pe = peers_[p];
-        if (!pe.conn || pe.gone) continue;
-        flagcxResult_t rc = progressPeer(static_cast<int>(p), now, &moved);
+        if (pe.gone) continue;
+        flagcxResult_t rc = flagcxSuccess;
+        if (native(static_cast<int>(p))) rc = progressNative(static_cast<int>(p), now, &moved);
+        if (rc == flagcxSuccess && pe.conn) rc = progressPeer(static_cast<int>(p), now, &moved);
         if (rc != flagcxSuccess) failPeer(static_cast<int>(p), rc, false);
       }
       if (moved) {
@@ -414,6 +483,10 @@ class Engine final : public RmaEngine {
     auto now = Clock::now();
     for (size_t p = 0; p < peers_.size(); p++) {
       Peer &pe = peers_[p];
+      for (auto &w : pe.natWait) complete(w.second.done, flagcxInvalidUsage);
+      pe.natWait.clear();
+      for (auto &q : pe.natQ) complete(q.done, flagcxInvalidUsage);
+      pe.natQ.clear();
       if (!pe.conn || pe.gone) continue;
       for (auto &w : pe.waiting) complete(w.second.done, flagcxInvalidUsage);
       pe.waiting.clear();
@@ -446,6 +519,7 @@ class Engine final : public RmaEngine {
   std::atomic<uint64_t> *signals_;
   size_t stride_;
   std::vector<Peer> peers_;
+  std::unique_ptr<IbRma> native_;
   std::unique_ptr<std::atomic<bool>[]> goneFlag_{new std::atomic<bool>[peers_.size()]()};
   std::map<uint64_t, Request> early_;  // ids queued, not posted yet
   uint64_t nextId_ = 1;
@@ -466,8 +540,10 @@ class Engine final : public RmaEngine {
 
 std::unique_ptr<RmaEngine> RmaEngine::create(int rank, int nranks,
                                              std::vector<std::unique_ptr<Conn>> conns,
-                                             std::atomic<uint64_t> *signals, size_t signalStride) {
-  return std::make_unique<Engine>(rank, nranks, std::move(conns), signals, signalStride);
+                                             std::atomic<uint64_t> *signals, size_t signalStride,
+                                             std::unique_ptr<IbRma> native) {
+  return std::make_unique<Engine>(rank, nranks, std::move(conns), signals, signalStride,
+                                  std::move(native));
 }
 
 }  // namespace flagcx

@@ -9,6 +9,8 @@
 #include "adapters/device/host/host_memory.h"
 #include "base/log.h"
 #include "core/comm.h"
+#include "net/ibverbs/ib_rma.h"
+#include "net/ibverbs/ib_transport.h"
 #include "net/rma.h"
 
 namespace flagcx {
@@ -16,10 +18,14 @@ namespace flagcx {
 namespace {
 constexpr size_t kIpcBytes = 64;
 constexpr uint32_t kWindowKey = 0x80000000u;
+constexpr uint32_t kSignalKey = 0xffffffffu;
 
 // What each rank publishes about one registration.
 struct RegRecord {
   uint64_t size;
+  uint64_t addr;       // for native (verbs) peers
+  uint32_t rkey;
+  uint32_t pad;
   uint32_t shareable;  // ipc holds a host IPC handle
   uint32_t device;     // device memory (not supported yet)
   uint8_t ipc[kIpcBytes];
@@ -88,22 +94,6 @@ flagcxResult_t OneSided::setup() {
   FLAGCX_CHECK(host::memAlloc(&sigBlock_, n * kStride * sizeof(uint64_t), flagcxMemDevice));
   memset(sigBlock_, 0, n * kStride * sizeof(uint64_t));
   sig_ = reinterpret_cast<std::atomic<uint64_t> *>(sigBlock_);
-  RegRecord mine{};
-  mine.size = n * kStride * sizeof(uint64_t);
-  mine.shareable = exportHost(sigBlock_, mine.size, mine.ipc);
-  std::vector<RegRecord> all(n);
-  all[static_cast<size_t>(rank_)] = mine;
-  FLAGCX_CHECK(comm_->bs->allgather(all.data(), sizeof(RegRecord)));
-  for (size_t r = 0; r < n; r++) {
-    if (static_cast<int>(r) == rank_) {
-      peerSig_[r] = &sig_[r * kStride];
-    } else if (local_[r] && all[r].shareable) {
-      peerSigMap_[r] = importHost(all[r].ipc);
-      if (peerSigMap_[r])
-        peerSig_[r] = static_cast<std::atomic<uint64_t> *>(peerSigMap_[r]) +
-                      static_cast<size_t>(rank_) * kStride;
-    }
-  }
   // A Conn to every peer for the software path, over the peer's transport.
   std::vector<std::unique_ptr<Conn>> conns(n);
   Transport *kinds[] = {comm_->shm.get(), comm_->sock.get(), comm_->ib.get()};
@@ -122,11 +112,43 @@ flagcxResult_t OneSided::setup() {
     }
     for (size_t i = 0; i < list.size(); i++) conns[static_cast<size_t>(list[i])] = std::move(got[i]);
   }
-  eng_ = RmaEngine::create(rank_, nranks_, std::move(conns), sig_, kStride);
+  // Verbs peers: native RDMA queue pairs beside the Conns.
+  std::unique_ptr<IbRma> native;
+  std::shared_ptr<rdma::Device> ibDev = comm_->ib ? ibTransportDevice(comm_->ib.get()) : nullptr;
+  if (ibDev) {
+    std::vector<int> list;
+    for (int r = 0; r < nranks_; r++)
+      if (r != rank_ && comm_->via[static_cast<size_t>(r)] == comm_->ib.get()) list.push_back(r);
+    if (!list.empty()) FLAGCX_CHECK(IbRma::create(ibDev, *comm_->bs, list, &native));
+  }
+  eng_ = RmaEngine::create(rank_, nranks_, std::move(conns), sig_, kStride, std::move(native));
+  RegRecord mine{};
+  mine.size = n * kStride * sizeof(uint64_t);
+  mine.shareable = exportHost(sigBlock_, mine.size, mine.ipc);
+  mine.addr = reinterpret_cast<uintptr_t>(sigBlock_);
+  FLAGCX_CHECK(eng_->expose(kSignalKey, sigBlock_, mine.size, &mine.rkey));
+  std::vector<RegRecord> all(n);
+  all[static_cast<size_t>(rank_)] = mine;
+  FLAGCX_CHECK(comm_->bs->allgather(all.data(), sizeof(RegRecord)));
+  peerSigRemote_.assign(n, {});
+  for (size_t r = 0; r < n; r++) {
+    peerSigRemote_[r].addr = all[r].addr + static_cast<uint64_t>(rank_) * kStride * sizeof(uint64_t);
+    peerSigRemote_[r].rkey = all[r].rkey;
+    if (static_cast<int>(r) == rank_) {
+      peerSig_[r] = &sig_[r * kStride];
+    } else if (local_[r] && all[r].shareable) {
+      peerSigMap_[r] = importHost(all[r].ipc);
+      if (peerSigMap_[r])
+        peerSig_[r] = static_cast<std::atomic<uint64_t> *>(peerSigMap_[r]) +
+                      static_cast<size_t>(rank_) * kStride;
+    }
+  }
   int mapped = 0;
   for (size_t r = 0; r < n; r++) mapped += peerSigMap_[r] != nullptr;
-  INFO(kInit, "rank %d: one-sided ready: %d peer(s) signalled through shared memory, the others "
-       "through the service thread", rank_, mapped);
+  int natives = 0;
+  for (int r = 0; r < nranks_; r++) natives += eng_->native(r) ? 1 : 0;
+  INFO(kInit, "rank %d: one-sided ready: %d peer(s) through shared memory, %d by native RDMA, "
+       "the others through the service thread", rank_, mapped, natives);
   return flagcxSuccess;
 }
 
@@ -163,7 +185,8 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   all[static_cast<size_t>(rank_)] = mine;
   // Ready for requests before any peer learns of the memory: a peer may
   // leave the allgather and write before this rank does.
-  eng_->expose(key, buf, size);
+  all[static_cast<size_t>(rank_)].addr = reinterpret_cast<uintptr_t>(buf);
+  FLAGCX_CHECK(eng_->expose(key, buf, size, &all[static_cast<size_t>(rank_)].rkey));
   flagcxResult_t rc = comm_->bs->allgather(all.data(), sizeof(RegRecord));
   for (size_t r = 0; r < n && rc == flagcxSuccess; r++)
     if (all[r].device) {
@@ -182,6 +205,8 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   for (size_t r = 0; r < n; r++) {
     RegInfo::Remote &rm = out->peer[r];
     rm.size = all[r].size;
+    rm.addr = all[r].addr;
+    rm.rkey = all[r].rkey;
     if (static_cast<int>(r) == rank_) {
       rm.mapped = out->base;
     } else if (local_[r] && all[r].shareable) {

@@ -20,13 +20,12 @@
 #include <vector>
 
 #include "flagcx.h"
+#include "net/rma.h"
 
 struct flagcxComm;
 
 namespace flagcx {
 
-class RmaEngine;
-struct RmaDone;
 
 // Memory registered by every rank under one key: what this rank knows of
 // each rank's part.
@@ -38,6 +37,8 @@ struct RegInfo {
     uint64_t size = 0;
     char *mapped = nullptr;  // peer's buffer mapped here (shm fast path), or null
     bool ownsMap = false;    // mapped through an IPC handle (close it)
+    uint64_t addr = 0;       // native (verbs) peers: address and remote key
+    uint32_t rkey = 0;
   };
   std::vector<Remote> peer;  // [rank]; self: mapped = base
 };
@@ -115,6 +116,7 @@ class OneSided {
   std::atomic<uint64_t> *sig_ = nullptr;     // sig_[r * kStride]: signals from rank r
   std::vector<std::atomic<uint64_t> *> peerSig_;  // my slot in each peer's mapped block
   std::vector<void *> peerSigMap_;
+  std::vector<RmaRemote> peerSigRemote_;     // my slot in each peer's block (native peers)
   std::vector<uint64_t> consumed_;           // signals from each rank consumed by waits
   std::vector<pid_t> pid_;
   std::vector<bool> local_;                  // same host, reached over shm

@@ -89,6 +89,27 @@ flagcxResult_t OneSided::runPutSignal(const PutSignalTask &t) {
   flagcxResult_t rc = flagcxSuccess;
   const char *what = t.win ? "flagcxPutSignal" : "flagcxSignal";
   std::atomic<uint64_t> *slot = peerSig_[static_cast<size_t>(t.peer)];
+  if (eng_->native(t.peer)) {
+    // RDMA WRITE, its completion, then FETCH_ADD on my slot of the peer's
+    // signal block (waiting in between keeps the order on any NIC).
+    if (t.win && t.bytes > 0) {
+      const RegInfo::Remote &rm = t.win->reg.peer[static_cast<size_t>(t.peer)];
+      RmaRemote at{rm.addr + t.off, rm.rkey};
+      RmaDone d;
+      d.left.store(1);
+      eng_->put(t.peer, t.src, t.bytes, t.win->reg.key, t.off, &d, &at);
+      rc = waitDone(d, t.peer, what);
+    }
+    if (rc == flagcxSuccess) {
+      RmaDone d;
+      d.left.store(1);
+      eng_->signal(t.peer, 1, &d, &peerSigRemote_[static_cast<size_t>(t.peer)]);
+      rc = waitDone(d, t.peer, what);
+    }
+    if (t.win) t.win->inflight.fetch_sub(1);
+    tasks_.fetch_sub(1);
+    return rc;
+  }
   if (!slot && t.win && t.bytes > 0 && !t.win->reg.peer[static_cast<size_t>(t.peer)].mapped) {
     // Both through the engine: one round trip (the target applies them in order).
     RmaDone d;
@@ -240,7 +261,8 @@ flagcxResult_t OneSided::batchPut(int peer, const size_t *srcOff, const size_t *
       memcpy(rm.mapped + dstOff[i], src.base + srcOff[i], sizes[i]);
     } else {
       d->left.fetch_add(1);
-      eng_->put(peer, src.base + srcOff[i], sizes[i], dst.key, dstOff[i], d);
+      RmaRemote at{rm.addr + dstOff[i], rm.rkey};
+      eng_->put(peer, src.base + srcOff[i], sizes[i], dst.key, dstOff[i], d, &at);
     }
   }
   rmaComplete(d, flagcxSuccess);  // the guard
@@ -262,7 +284,8 @@ flagcxResult_t OneSided::get(int peer, size_t srcOff, size_t dstOff, size_t size
     return flagcxSuccess;
   }
   RmaDone *d = countedOp();
-  eng_->get(peer, dst.base + dstOff, size, src.key, srcOff, d);
+  RmaRemote at{rm.addr + srcOff, rm.rkey};
+  eng_->get(peer, dst.base + dstOff, size, src.key, srcOff, d, &at);
   return flagcxSuccess;
 }
 

@@ -77,10 +77,12 @@ int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
   return 0;
 }
 
+enum Net { kShm, kSocket, kIb };  // kIb: verbs on the software device (native RDMA)
+
 struct Param {
   What what;
   bool alloc;
-  bool socket;
+  Net net;
 };
 
 class DeadPeer : public ::testing::TestWithParam<Param> {};
@@ -89,7 +91,8 @@ TEST_P(DeadPeer, FailsInsteadOfHanging) {
   Param p = GetParam();
   // A mapped put lands in the dead rank's memory without error; its signal
   // and the counted put must still fail.
-  harness::Env env{{{"FLAGCX_TIMEOUT", "5"}, {"FLAGCX_SHM_DISABLE", p.socket ? "1" : "0"}}};
+  harness::Env env{{{"FLAGCX_TIMEOUT", "5"}, {"FLAGCX_SHM_DISABLE", p.net == kSocket ? "1" : "0"},
+                    {"FLAGCX_IB_SOFTWARE_DEVICE", p.net == kIb ? "2" : "0"}}};
   g_pids = static_cast<pid_t *>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
                                      MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(g_pids, MAP_FAILED);
@@ -110,16 +113,17 @@ std::string name(const ::testing::TestParamInfo<Param> &i) {
                   : i.param.what == What::WaitStopped ? "WaitStoppedPeer"
                                                       : "RegionPut";
   return std::string(w) + (i.param.alloc ? "_memalloc" : "_malloc") +
-         (i.param.socket ? "_socket" : "_shm");
+         (i.param.net == kSocket ? "_socket" : i.param.net == kIb ? "_ib" : "_shm");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     OneSided, DeadPeer,
-    ::testing::Values(Param{What::WaitSignal, true, false}, Param{What::WaitSignal, false, true},
-                      Param{What::PutSignal, true, false}, Param{What::PutSignal, false, false},
-                      Param{What::PutSignal, false, true}, Param{What::RegionPut, true, false},
-                      Param{What::RegionPut, false, true}, Param{What::WaitStopped, true, false},
-                      Param{What::WaitStopped, false, true}),
+    ::testing::Values(Param{What::WaitSignal, true, kShm}, Param{What::WaitSignal, false, kSocket},
+                      Param{What::WaitSignal, true, kIb}, Param{What::PutSignal, true, kShm},
+                      Param{What::PutSignal, false, kShm}, Param{What::PutSignal, false, kSocket},
+                      Param{What::PutSignal, true, kIb}, Param{What::RegionPut, true, kShm},
+                      Param{What::RegionPut, false, kSocket}, Param{What::RegionPut, false, kIb},
+                      Param{What::WaitStopped, true, kShm}, Param{What::WaitStopped, false, kSocket}),
     name);
 
 }  // namespace
