@@ -26,9 +26,9 @@ struct RegRecord {
   uint64_t addr;       // for native (verbs) peers
   uint32_t rkey;
   uint32_t pad;
-  uint32_t shareable;  // ipc holds a host IPC handle
-  uint32_t device;     // device memory (not supported yet)
-  uint8_t ipc[kIpcBytes];
+  uint32_t shareable;  // ipc holds a host IPC handle, or (device) the adapter's reference
+  uint32_t device;     // device memory (CUDA): same-host peers only
+  uint8_t ipc[DeviceAdapter::kIpcRefBytes];
 };
 
 // The host IPC handle naming [buf, buf+size) as bytes; false when it cannot.
@@ -181,6 +181,7 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   mine.size = size;
   mine.device = comm_->dev->isDeviceMemory(buf) ? 1 : 0;
   if (!mine.device) mine.shareable = exportHost(buf, size, mine.ipc);
+  else mine.shareable = comm_->dev->ipcSupported() && comm_->dev->ipcExport(buf, mine.ipc) == flagcxSuccess;
   std::vector<RegRecord> all(n);
   all[static_cast<size_t>(rank_)] = mine;
   // Ready for requests before any peer learns of the memory: a peer may
@@ -188,10 +189,18 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   all[static_cast<size_t>(rank_)].addr = reinterpret_cast<uintptr_t>(buf);
   FLAGCX_CHECK(eng_->expose(key, buf, size, &all[static_cast<size_t>(rank_)].rkey));
   flagcxResult_t rc = comm_->bs->allgather(all.data(), sizeof(RegRecord));
-  for (size_t r = 0; r < n && rc == flagcxSuccess; r++)
-    if (all[r].device) {
-      WARN(kInit, "rank %d: one-sided registration: rank %zu registered device memory; device "
-           "windows and regions are not supported yet (docs/ONESIDED.md)", rank_, r);
+  // Device memory: every rank must reach every other through a mapping
+  // (CUDA IPC, one host); the same verdict on every rank.
+  bool anyDevice = false;
+  for (size_t r = 0; r < n; r++) anyDevice = anyDevice || all[r].device;
+  for (size_t r = 0; r < n && rc == flagcxSuccess && anyDevice; r++)
+    if (comm_->nNodes > 1 || comm_->via[r] == comm_->sock.get() || comm_->via[r] == comm_->ib.get() ||
+        (all[r].device && !all[r].shareable)) {
+      WARN(kInit, "rank %d: one-sided registration: device memory is supported between ranks of "
+           "one host with CUDA IPC only (rank %zu: %s)", rank_, r,
+           comm_->nNodes > 1 ? "several hosts" : all[r].device && !all[r].shareable
+                                                    ? "its buffer cannot be exported"
+                                                    : "not reached over shared memory");
       rc = flagcxNotSupported;
     }
   if (rc != flagcxSuccess) {
@@ -209,18 +218,31 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
     rm.rkey = all[r].rkey;
     if (static_cast<int>(r) == rank_) {
       rm.mapped = out->base;
+    } else if (local_[r] && all[r].shareable && all[r].device) {
+      void *base = nullptr;
+      if (comm_->dev->ipcImportBase(all[r].ipc, &base) != flagcxSuccess) {
+        WARN(kInit, "rank %d: one-sided registration: cannot map rank %zu's device buffer", rank_, r);
+        release(out);
+        eng_->withdraw(key);
+        return flagcxSystemError;
+      }
+      rm.mapped = static_cast<char *>(base) + comm_->dev->ipcOffset(all[r].ipc);
+      rm.deviceBase = base;
     } else if (local_[r] && all[r].shareable) {
       rm.mapped = static_cast<char *>(importHost(all[r].ipc));
       rm.ownsMap = rm.mapped != nullptr;
     }
   }
+  out->device = anyDevice;
   return flagcxSuccess;
 }
 
 void OneSided::release(RegInfo *reg) {
   if (eng_) eng_->withdraw(reg->key);
-  for (auto &rm : reg->peer)
+  for (auto &rm : reg->peer) {
     if (rm.ownsMap) host::ipcClose(rm.mapped);
+    if (rm.deviceBase) comm_->dev->ipcRelease(rm.deviceBase);
+  }
   reg->peer.clear();
 }
 

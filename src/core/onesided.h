@@ -39,7 +39,9 @@ struct RegInfo {
     bool ownsMap = false;    // mapped through an IPC handle (close it)
     uint64_t addr = 0;       // native (verbs) peers: address and remote key
     uint32_t rkey = 0;
+    void *deviceBase = nullptr;  // device memory mapped by CUDA IPC (release it)
   };
+  bool device = false;       // some rank registered device memory: copies through the adapter
   std::vector<Remote> peer;  // [rank]; self: mapped = base
 };
 
@@ -107,6 +109,9 @@ class OneSided {
   flagcxResult_t waitDone(RmaDone &d, int peer, const char *what);
   flagcxResult_t peerProblem(int peer);
   flagcxResult_t checkMappedPeer(int peer, const char *fn);
+  // A copy into or out of mapped memory: memcpy, or through the device
+  // adapter (its private stream, then waited for) when device memory is in it.
+  flagcxResult_t copyMapped(void *dst, const void *src, size_t bytes, bool device);
   RmaDone *countedOp();
 
   flagcxComm *comm_;

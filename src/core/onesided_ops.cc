@@ -124,7 +124,8 @@ flagcxResult_t OneSided::runPutSignal(const PutSignalTask &t) {
   if (t.win && t.bytes > 0) {
     const RegInfo::Remote &rm = t.win->reg.peer[static_cast<size_t>(t.peer)];
     if (rm.mapped) {
-      memcpy(rm.mapped + t.off, t.src, t.bytes);
+      rc = copyMapped(rm.mapped + t.off, t.src, t.bytes,
+                      t.win->reg.device || comm_->dev->isDeviceMemory(t.src));
     } else {
       RmaDone d;
       d.left.store(1);
@@ -227,6 +228,17 @@ flagcxResult_t OneSided::waitSignal(int n, const flagcxWaitSignalDesc_t *descs,
   return rc;
 }
 
+flagcxResult_t OneSided::copyMapped(void *dst, const void *src, size_t bytes, bool device) {
+  if (!device) {
+    memcpy(dst, src, bytes);
+    return flagcxSuccess;
+  }
+  // Never a synchronous cudaMemcpy here: on the progress thread, with the
+  // user's stream held, it could wait for that stream (see ENGINEERING-NOTES).
+  FLAGCX_CHECK(comm_->dev->copyAsync(dst, src, bytes));
+  return comm_->dev->flush();
+}
+
 // A region operation's completion: counted once when all its parts are done
 // (the engine frees it), failures kept for flagcxWaitCounter.
 RmaDone *OneSided::countedOp() {
@@ -258,7 +270,12 @@ flagcxResult_t OneSided::batchPut(int peer, const size_t *srcOff, const size_t *
       return flagcxRemoteError;
     }
     if (rm.mapped) {
-      memcpy(rm.mapped + dstOff[i], src.base + srcOff[i], sizes[i]);
+      flagcxResult_t rc = copyMapped(rm.mapped + dstOff[i], src.base + srcOff[i], sizes[i],
+                                     src.device || dst.device);
+      if (rc != flagcxSuccess) {
+        rmaComplete(d, rc);
+        return rc;
+      }
     } else {
       d->left.fetch_add(1);
       RmaRemote at{rm.addr + dstOff[i], rm.rkey};
@@ -279,7 +296,7 @@ flagcxResult_t OneSided::get(int peer, size_t srcOff, size_t dstOff, size_t size
   const RegInfo::Remote &rm = src.peer[static_cast<size_t>(peer)];
   if (rm.mapped || size == 0) {
     FLAGCX_CHECK(checkMappedPeer(peer, "flagcxGet"));
-    if (size) memcpy(dst.base + dstOff, rm.mapped + srcOff, size);
+    if (size) FLAGCX_CHECK(copyMapped(dst.base + dstOff, rm.mapped + srcOff, size, src.device || dst.device));
     completed_.fetch_add(1, std::memory_order_release);
     return flagcxSuccess;
   }
@@ -299,7 +316,7 @@ flagcxResult_t OneSided::putValue(int peer, uint64_t value, size_t dstOff, int d
   memcpy(staging_, &value, sizeof(value));
   if (rm.mapped) {
     FLAGCX_CHECK(checkMappedPeer(peer, "flagcxPutValue"));
-    memcpy(rm.mapped + dstOff, staging_, sizeof(value));
+    FLAGCX_CHECK(copyMapped(rm.mapped + dstOff, &value, sizeof(value), dst.device));
     completed_.fetch_add(1, std::memory_order_release);
     return flagcxSuccess;
   }
