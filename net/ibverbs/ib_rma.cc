@@ -106,24 +106,24 @@ flagcxResult_t IbRma::post(int peer, rdma::SendWr wr, const void *local, uint64_
   return flagcxSuccess;
 }
 
-flagcxResult_t IbRma::write(int peer, const void *src, uint64_t len, uint64_t raddr,
-                            uint32_t rkey, uint64_t id) {
+flagcxResult_t IbRma::transfer(rdma::Opcode op, int peer, const void *local, uint64_t len,
+                               uint64_t raddr, uint32_t rkey, uint64_t id) {
   rdma::SendWr wr;
-  wr.op = rdma::Opcode::Write;
+  wr.op = op;
   wr.wrId = id;
   wr.remote = raddr;
   wr.rkey = rkey;
-  return post(peer, wr, src, len, false);
+  return post(peer, wr, local, len, op == rdma::Opcode::Read);
+}
+
+flagcxResult_t IbRma::write(int peer, const void *src, uint64_t len, uint64_t raddr,
+                            uint32_t rkey, uint64_t id) {
+  return transfer(rdma::Opcode::Write, peer, src, len, raddr, rkey, id);
 }
 
 flagcxResult_t IbRma::read(int peer, void *dst, uint64_t len, uint64_t raddr, uint32_t rkey,
                            uint64_t id) {
-  rdma::SendWr wr;
-  wr.op = rdma::Opcode::Read;
-  wr.wrId = id;
-  wr.remote = raddr;
-  wr.rkey = rkey;
-  return post(peer, wr, dst, len, true);
+  return transfer(rdma::Opcode::Read, peer, dst, len, raddr, rkey, id);
 }
 
 flagcxResult_t IbRma::fetchAdd(int peer, uint64_t raddr, uint32_t rkey, uint64_t add,

@@ -46,6 +46,8 @@ class IbRma {
  private:
   IbRma() = default;
   flagcxResult_t post(int peer, rdma::SendWr wr, const void *local, uint64_t len, bool remoteIn);
+  flagcxResult_t transfer(rdma::Opcode op, int peer, const void *local, uint64_t len,
+                          uint64_t raddr, uint32_t rkey, uint64_t id);
 
   std::shared_ptr<rdma::Device> dev_;
   std::vector<std::unique_ptr<rdma::Qp>> qps_;  // [rank]
