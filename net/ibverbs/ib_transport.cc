@@ -295,6 +295,7 @@ class IbTransport final : public Transport {
   explicit IbTransport(std::shared_ptr<rdma::Device> dev)
       : dev_(std::move(dev)), cache_(std::make_shared<rdma::RegCache>(dev_.get(), 64)) {}
   const char *name() const override { return "ib"; }
+  std::shared_ptr<rdma::Device> device() const { return dev_; }
 
   flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers, int nchannels,
                             std::vector<std::unique_ptr<Conn>> *out) override {
@@ -398,6 +399,11 @@ class IbTransport final : public Transport {
 };
 
 }  // namespace
+
+std::shared_ptr<rdma::Device> ibTransportDevice(Transport *t) {
+  auto *ib = dynamic_cast<IbTransport *>(t);
+  return ib ? ib->device() : nullptr;
+}
 
 std::unique_ptr<Transport> makeIbTransport(std::shared_ptr<rdma::Device> dev) {
   return std::make_unique<IbTransport>(std::move(dev));

@@ -13,6 +13,9 @@ namespace flagcx {
 // A transport on `dev` (shared by its Conns, which keep it alive).
 std::unique_ptr<Transport> makeIbTransport(std::shared_ptr<rdma::Device> dev);
 
+// The device under a transport made by makeIbTransport (null for any other).
+std::shared_ptr<rdma::Device> ibTransportDevice(Transport *t);
+
 // Collective over the bootstrap (every rank calls it once, in commInit):
 // decides which peers this rank reaches over verbs.  `netPeers` are the
 // peers that would otherwise use sockets; with FLAGCX_IB_SOFTWARE_DEVICE=2,

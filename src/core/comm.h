@@ -10,6 +10,7 @@
 
 #include "adapters/device/adapter.h"
 #include "base/ops.h"
+#include "core/onesided.h"
 #include "exec/executor.h"
 #include "flagcx.h"
 #include "net/net.h"
@@ -45,6 +46,10 @@ struct flagcxComm {
   std::unique_ptr<flagcx::Executor> exec;  // the engine (unused when ccl is set)
   std::mutex mu;          // guards lastError
   std::string lastError;  // what flagcxGetLastError(comm) returns
+  // One-sided state, made by the first registration; declared last so that
+  // it goes first (it uses the bootstrap, transports and device above).
+  std::mutex osMu;
+  std::unique_ptr<flagcx::OneSided> os;
 
   flagcx::Conn *conn(int peer, int ch = 0) {
     return conns[static_cast<size_t>(peer * nchannels + ch)].get();

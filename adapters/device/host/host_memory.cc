@@ -203,6 +203,14 @@ bool memIsOurs(const void *ptr) {
   return g_allocs.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
 }
 
+bool memShareable(const void *ptr, size_t len) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = findContaining(ptr);
+  if (it == g_allocs.end() || it->second.fd < 0) return false;
+  size_t off = reinterpret_cast<uintptr_t>(ptr) - it->first;
+  return off <= it->second.mapLen && len <= it->second.mapLen - off;
+}
+
 bool memIsLocked(const void *ptr) {
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_allocs.find(reinterpret_cast<uintptr_t>(ptr));

@@ -18,6 +18,9 @@ flagcxResult_t memAlloc(void **ptr, size_t size, flagcxMemType_t type);
 flagcxResult_t memFree(void *ptr);
 // Whether ptr was returned by memAlloc and is not freed yet (tests, checks).
 bool memIsOurs(const void *ptr);
+// Whether [ptr, ptr+len) lies in one shareable (memfd) allocation of
+// memAlloc, i.e. whether ipcGet can name it.
+bool memShareable(const void *ptr, size_t len);
 // Whether the page-locking of the buffer at ptr succeeded.
 bool memIsLocked(const void *ptr);
 
