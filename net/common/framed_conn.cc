@@ -379,7 +379,7 @@ flagcxResult_t FramedConn::idle() {
     }
   }
   if (now - lastMove_ > std::chrono::seconds(timeoutSec_)) {
-    WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: no progress for %" PRId64 " s (FLAGCX_TIMEOUT) with %d request(s) pending (next send #%" PRIu64 ", next receive #%" PRIu64 ")",
+    WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: no progress for FLAGCX_TIMEOUT=%" PRId64 "s with %d request(s) pending (next send #%" PRIu64 ", next receive #%" PRIu64 ")",
          kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, timeoutSec_, pending_,
          sendQ_.frontSeq, recvQ_.frontSeq);
     return fail(flagcxRemoteError);
