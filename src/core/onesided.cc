@@ -193,9 +193,12 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   // (CUDA IPC, one host); the same verdict on every rank.
   bool anyDevice = false;
   for (size_t r = 0; r < n; r++) anyDevice = anyDevice || all[r].device;
-  for (size_t r = 0; r < n && rc == flagcxSuccess && anyDevice; r++)
-    if (comm_->nNodes > 1 || comm_->via[r] == comm_->sock.get() || comm_->via[r] == comm_->ib.get() ||
-        (all[r].device && !all[r].shareable)) {
+  for (size_t r = 0; r < n && rc == flagcxSuccess && anyDevice; r++) {
+    // (No transport reaches this rank itself: via[rank] is null, as sock
+    // or ib is where that transport is absent.)
+    bool remote = static_cast<int>(r) != rank_ &&
+                  (comm_->via[r] == comm_->sock.get() || comm_->via[r] == comm_->ib.get());
+    if (comm_->nNodes > 1 || remote || (all[r].device && !all[r].shareable)) {
       WARN(kInit, "rank %d: one-sided registration: device memory is supported between ranks of "
            "one host with CUDA IPC only (rank %zu: %s)", rank_, r,
            comm_->nNodes > 1 ? "several hosts" : all[r].device && !all[r].shareable
@@ -203,6 +206,7 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
                                                     : "not reached over shared memory");
       rc = flagcxNotSupported;
     }
+  }
   if (rc != flagcxSuccess) {
     eng_->withdraw(key);
     return rc;

@@ -134,6 +134,7 @@ int initiator(int rfd) {
   cudaFree(src);
   cudaFree(back);
   std::printf("initiator: %s\n", fails ? "FAILED" : "ok");
+  std::fflush(stdout);  // the child leaves by _exit, which flushes nothing
   return fails != 0;
 }
 
