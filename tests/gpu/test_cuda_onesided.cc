@@ -56,18 +56,23 @@ int body(int rank, int nranks, flagcxUniqueId *id) {
     RANK_OK(flagcxBarrier(comm, s));
     RANK_OK(dev->streamSynchronize(s));
   }
-  // Regions: put my source block into the next rank's region, get the
-  // previous rank's block back; the counter says when both are done.
+  // Regions: put my block (at rank * chunk of my region) to the same offset
+  // of the next rank's region; the counter says when it is done.  Sources and
+  // destinations never overlap: the first GPU run put from offset 0 to
+  // (rank + 1) * chunk, and at 2 ranks rank 1 overwrote rank 0's source while
+  // rank 0 was still reading it (rank 1 then found its own bytes).
   for (size_t i = 0; i < chunk; i++) host[i] = pat(rank, i, 9);
-  RANK_OK(dev->deviceMemcpy(reg, host.data(), chunk, flagcxMemcpyHostToDevice, nullptr));
+  const size_t mine = static_cast<size_t>(rank) * chunk;
+  RANK_OK(dev->deviceMemcpy(static_cast<char *>(reg) + mine, host.data(), chunk,
+                            flagcxMemcpyHostToDevice, nullptr));
   RANK_OK(flagcxBarrier(comm, s));
   RANK_OK(dev->streamSynchronize(s));
-  RANK_OK(flagcxPut(comm, peer, 0, static_cast<size_t>(rank + 1) * chunk % winBytes, chunk, 0, 0));
+  RANK_OK(flagcxPut(comm, peer, mine, mine, chunk, 0, 0));
   RANK_OK(flagcxWaitCounter(comm, 1));
   RANK_OK(flagcxBarrier(comm, s));
   RANK_OK(dev->streamSynchronize(s));
   RANK_OK(dev->deviceMemcpy(host.data(), reg, winBytes, flagcxMemcpyDeviceToHost, nullptr));
-  size_t at = static_cast<size_t>(prev + 1) * chunk % winBytes;
+  size_t at = static_cast<size_t>(prev) * chunk;
   for (size_t i = 0; i < chunk; i++)
     RANK_CHECK(host[at + i] == pat(prev, i, 9), "Put from rank %d: byte %zu is %d", prev, i,
                host[at + i]);
