@@ -85,7 +85,8 @@ flagcxResult_t OneSided::setup() {
   for (size_t r = 0; r < n; r++) {
     pid_[r] = peers[r].pid;
     sameHost_[r] = peers[r].hostHash == peers[static_cast<size_t>(rank_)].hostHash;
-    local_[r] = static_cast<int>(r) == rank_ || comm_->via[r] == comm_->shm.get();
+    // (via[rank] is null: no transport reaches a rank itself.)
+    local_[r] = static_cast<int>(r) == rank_ || (comm_->shm && comm_->via[r] == comm_->shm.get());
   }
   consumed_.assign(n, 0);
   peerSig_.assign(n, nullptr);
@@ -193,12 +194,10 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
   // (CUDA IPC, one host); the same verdict on every rank.
   bool anyDevice = false;
   for (size_t r = 0; r < n; r++) anyDevice = anyDevice || all[r].device;
+  // The refusal is the complement of the mapping below: a peer is mapped
+  // only when local_ (itself, or reached over shm).
   for (size_t r = 0; r < n && rc == flagcxSuccess && anyDevice; r++) {
-    // (No transport reaches this rank itself: via[rank] is null, as sock
-    // or ib is where that transport is absent.)
-    bool remote = static_cast<int>(r) != rank_ &&
-                  (comm_->via[r] == comm_->sock.get() || comm_->via[r] == comm_->ib.get());
-    if (comm_->nNodes > 1 || remote || (all[r].device && !all[r].shareable)) {
+    if (comm_->nNodes > 1 || !local_[r] || (all[r].device && !all[r].shareable)) {
       WARN(kInit, "rank %d: one-sided registration: device memory is supported between ranks of "
            "one host with CUDA IPC only (rank %zu: %s)", rank_, r,
            comm_->nNodes > 1 ? "several hosts" : all[r].device && !all[r].shareable
