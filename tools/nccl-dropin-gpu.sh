@@ -130,6 +130,8 @@ if want build; then
     readelf -d "$NT/all_reduce_perf" | grep -E 'NEEDED.*nccl'
     nvcc -O2 -std=c++17 -I"$NCCL_INC" plugins/nccl/tests/same_process_gpu.cc -o "$NT/same_process_gpu" \
       -L"$DROPIN" -L"$REPO/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$REPO/$B"
+    nvcc -O2 -std=c++17 -I"$NCCL_INC" plugins/nccl/tests/same_process_bench.cc -o "$NT/same_process_bench" \
+      -L"$DROPIN" -L"$REPO/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$REPO/$B"
   ) > "$O/nccl-tests-build.log" 2>&1
   result nccl-tests $? "built against the drop-in (MPI=1): $NT"
 fi
@@ -262,6 +264,9 @@ if want same; then
   rc=$?
   [ "$rc" = 0 ] || bad=$((bad + 1))
   result same $bad "2 ranks in one process: $(tail -1 "$O/same-program-gpu0.log")"
+  # Issue 19's one-GPU measurement (a benchmark: logged, never a failure).
+  dropin_env FLAGCX_TIMEOUT=30 timeout 120 "$NT/same_process_bench" 1024 > "$O/same-bench.log" 2>&1 ||
+    echo "   same_process_bench: rc $?" | tee -a "$O/summary.txt"
 fi
 
 # ---- PyTorch DDP with the drop-in preloaded ----

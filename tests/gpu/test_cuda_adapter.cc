@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "adapters/device/cuda/cuda_internal.h"
@@ -137,13 +138,15 @@ struct Offsets {
 
 TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
   const size_t counts[] = {1, 5, 31, 4096 + 3, (1u << 20) + 7};
-  const Offsets offs[] = {{0, 0, 0}, {1, 1, 1}, {3, 0, 1}, {0, 2, 2}};
+  // Equal offsets (vectors), and offsets that differ so that the operands
+  // share only an 8-, 4-, 2-byte or element boundary (the narrower word paths).
+  const Offsets offs[] = {{0, 0, 0}, {1, 1, 1}, {3, 0, 1}, {0, 2, 2}, {2, 0, 4}, {4, 0, 12}};
   flagcxStream_t s;
   OK(H()->streamCreate(&s));
   int checked = 0;
   for (auto dt : kTypes) {
     size_t ts = getFlagcxDataTypeSize(dt);
-    size_t maxBytes = (counts[4] + 8) * ts;
+    size_t maxBytes = (counts[4] + 16) * ts;
     std::vector<unsigned char> ha(maxBytes), hb(maxBytes), ref(maxBytes), got(maxBytes);
     fillRandom(ha, dt, 1 + dt);
     fillRandom(hb, dt, 100 + dt);
@@ -179,13 +182,13 @@ TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
     }
     // Divide (the end of Avg), by several divisors, misaligned too.
     for (uint64_t q : {1ull, 3ull, 7ull, 1000ull}) {
-      for (size_t off : {size_t{0}, size_t{1}}) {
+      for (auto [od, os] : {std::pair<size_t, size_t>{0, 0}, {1, 1}, {0, 1}, {2, 0}}) {
         size_t n = counts[4];
-        OK(A()->divide(static_cast<char *>(dd) + off * ts, static_cast<char *>(da) + off * ts, n, dt, q, s));
-        OK(H()->deviceMemcpy(got.data(), static_cast<char *>(dd) + off * ts, n * ts,
+        OK(A()->divide(static_cast<char *>(dd) + od * ts, static_cast<char *>(da) + os * ts, n, dt, q, s));
+        OK(H()->deviceMemcpy(got.data(), static_cast<char *>(dd) + od * ts, n * ts,
                              flagcxMemcpyDeviceToHost, s));
         OK(H()->streamSynchronize(s));
-        OK(hostDivide(ref.data(), ha.data() + off * ts, n, dt, q));
+        OK(hostDivide(ref.data(), ha.data() + os * ts, n, dt, q));
         ASSERT_EQ(memcmp(got.data(), ref.data(), n * ts), 0) << "divide dtype " << dt << " by " << q;
         checked++;
       }

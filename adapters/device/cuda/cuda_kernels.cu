@@ -2,11 +2,11 @@
 // divide (the last step of Avg) and a plain copy.
 //
 // Shape: one kernel per (dtype, op).  The body moves 16-byte vectors
-// (uint4), each thread keeping kUnroll of them in flight before it stores, so
+// (uint4), each thread keeping several of them in flight before it stores, so
 // that a few blocks per multiprocessor saturate HBM.  Elements before the
 // first 16-byte boundary (head) and after the last full vector (tail) are done
-// one by one; when the operands are not equally misaligned no common boundary
-// exists and the whole range is done element by element (still coalesced).
+// one by one.  Operands that are not equally misaligned move in the widest
+// word (8, 4, 2 bytes) at which they are, with more words in flight.
 // Half and bfloat16 are computed in float and rounded to nearest even, as the
 // host adapter does, so both give bit-identical results.
 #include <cuda_bf16.h>
@@ -23,7 +23,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kBlocksPerSm = 2;  // with __launch_bounds__ below: 1024 threads/SM, <= 64 registers
-constexpr int kUnroll = 4;
 
 // Compute type: halves and bfloat16 go through float.
 template <class T>
@@ -125,86 +124,121 @@ struct Identity {
   __device__ T operator()(T x) const { return x; }
 };
 
-template <class T, class F>
-__device__ __forceinline__ uint4 apply2(uint4 x, uint4 y, const F &f) {
-  constexpr int n = 16 / sizeof(T);
+// Word types the kernels move: the widest width at which all operands share
+// their offset.  Equal offsets mod 16 (the usual case) give 16-byte vectors;
+// operands that differ by 4 or 8 bytes (a float buffer at +4, say) still move
+// 4- or 8-byte words with enough of them in flight per thread, so the load
+// path is never starved: the element-wise path of an earlier version reached
+// 63 % of the copy rate on an H200 for d+4, a+8, b+0.
+template <int W>
+struct WordOf;
+template <>
+struct WordOf<16> { using type = uint4; };
+template <>
+struct WordOf<8> { using type = uint2; };
+template <>
+struct WordOf<4> { using type = uint32_t; };
+template <>
+struct WordOf<2> { using type = uint16_t; };
+template <>
+struct WordOf<1> { using type = uint8_t; };
+
+// Words each thread keeps in flight per operand: 64 bytes for vectors and
+// 8-byte words, 16 words below that (register budget of __launch_bounds__).
+template <class V>
+__host__ __device__ constexpr int unrollFor() {
+  return sizeof(V) >= 8 ? static_cast<int>(64 / sizeof(V)) : 16;
+}
+
+template <class T, class V, class F>
+__device__ __forceinline__ V apply2(V x, V y, const F &f) {
+  constexpr int n = sizeof(V) / sizeof(T);
   T *px = reinterpret_cast<T *>(&x);
   const T *py = reinterpret_cast<const T *>(&y);
 #pragma unroll
   for (int k = 0; k < n; k++) px[k] = f(px[k], py[k]);
   return x;
 }
-template <class T, class F>
-__device__ __forceinline__ uint4 apply1(uint4 x, const F &f) {
-  constexpr int n = 16 / sizeof(T);
+template <class T, class V, class F>
+__device__ __forceinline__ V apply1(V x, const F &f) {
+  constexpr int n = sizeof(V) / sizeof(T);
   T *px = reinterpret_cast<T *>(&x);
 #pragma unroll
   for (int k = 0; k < n; k++) px[k] = f(px[k]);
   return x;
 }
 
-// Layout of one launch: `head` scalar elements, then `nvec` 16-byte vectors,
-// then scalars up to `count`.  Without a common alignment head == count.
+// Layout of one launch: `head` scalar elements, then `nvec` words of V, then
+// scalars up to `count`.  Without a common alignment head == count.
 struct Split {
   size_t head, nvec, count;
 };
 
-template <class T, class F>
+template <class T, class V, class F>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     binaryKernel(T *dst, const T *a, const T *b, Split sp, F f) {
-  constexpr size_t n = 16 / sizeof(T);
+  constexpr size_t n = sizeof(V) / sizeof(T);
+  constexpr int U = unrollFor<V>();
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(a[i], b[i]);
   const size_t tail = sp.head + sp.nvec * n;
   for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(a[i], b[i]);
-  const uint4 *va = reinterpret_cast<const uint4 *>(a + sp.head);
-  const uint4 *vb = reinterpret_cast<const uint4 *>(b + sp.head);
-  uint4 *vd = reinterpret_cast<uint4 *>(dst + sp.head);
+  const V *va = reinterpret_cast<const V *>(a + sp.head);
+  const V *vb = reinterpret_cast<const V *>(b + sp.head);
+  V *vd = reinterpret_cast<V *>(dst + sp.head);
   size_t i = tid;
-  for (; i + (kUnroll - 1) * nth < sp.nvec; i += kUnroll * nth) {
-    uint4 xa[kUnroll], xb[kUnroll];
+  for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
+    V xa[U], xb[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; u++) {
+    for (int u = 0; u < U; u++) {
       xa[u] = va[i + u * nth];
       xb[u] = vb[i + u * nth];
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; u++) vd[i + u * nth] = apply2<T>(xa[u], xb[u], f);
+    for (int u = 0; u < U; u++) vd[i + u * nth] = apply2<T>(xa[u], xb[u], f);
   }
   for (; i < sp.nvec; i += nth) vd[i] = apply2<T>(va[i], vb[i], f);
 }
 
-template <class T, class F>
+template <class T, class V, class F>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     unaryKernel(T *dst, const T *src, Split sp, F f) {
-  constexpr size_t n = 16 / sizeof(T);
+  constexpr size_t n = sizeof(V) / sizeof(T);
+  constexpr int U = unrollFor<V>();
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(src[i]);
   const size_t tail = sp.head + sp.nvec * n;
   for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(src[i]);
-  const uint4 *vs = reinterpret_cast<const uint4 *>(src + sp.head);
-  uint4 *vd = reinterpret_cast<uint4 *>(dst + sp.head);
+  const V *vs = reinterpret_cast<const V *>(src + sp.head);
+  V *vd = reinterpret_cast<V *>(dst + sp.head);
   size_t i = tid;
-  for (; i + (kUnroll - 1) * nth < sp.nvec; i += kUnroll * nth) {
-    uint4 x[kUnroll];
+  for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
+    V x[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; u++) x[u] = vs[i + u * nth];
+    for (int u = 0; u < U; u++) x[u] = vs[i + u * nth];
 #pragma unroll
-    for (int u = 0; u < kUnroll; u++) vd[i + u * nth] = apply1<T>(x[u], f);
+    for (int u = 0; u < U; u++) vd[i + u * nth] = apply1<T>(x[u], f);
   }
   for (; i < sp.nvec; i += nth) vd[i] = apply1<T>(vs[i], f);
 }
 
+// True when every operand sits at the same offset modulo W and that offset
+// is a whole number of elements (so a word holds whole elements).
 template <class T>
-Split split(size_t count, const void *p0, const void *p1, const void *p2) {
-  constexpr size_t n = 16 / sizeof(T);
-  uintptr_t m = reinterpret_cast<uintptr_t>(p0) % 16;
-  bool common = reinterpret_cast<uintptr_t>(p1) % 16 == m &&
-                (!p2 || reinterpret_cast<uintptr_t>(p2) % 16 == m) && m % sizeof(T) == 0;
-  if (!common) return {count, 0, count};
-  size_t head = ((16 - m) % 16) / sizeof(T);
+bool congruent(size_t W, const void *p0, const void *p1, const void *p2) {
+  uintptr_t m = reinterpret_cast<uintptr_t>(p0) % W;
+  return reinterpret_cast<uintptr_t>(p1) % W == m &&
+         (!p2 || reinterpret_cast<uintptr_t>(p2) % W == m) && m % sizeof(T) == 0;
+}
+
+template <class T, class V>
+Split split(size_t count, const void *p0) {
+  constexpr size_t W = sizeof(V);
+  constexpr size_t n = W / sizeof(T);
+  uintptr_t m = reinterpret_cast<uintptr_t>(p0) % W;
+  size_t head = ((W - m) % W) / sizeof(T);
   if (head > count) head = count;
   return {head, (count - head) / n, count};
 }
@@ -218,21 +252,45 @@ unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
   return static_cast<unsigned>(want ? want : 1);
 }
 
+// Calls go(V{}, split) with the widest word width W >= sizeof(T) at which the
+// operands are congruent; when none is (operands not even element-aligned to
+// each other) the split is all head: element by element.
+template <class T, class Go>
+cudaError_t byWidth(size_t count, const void *p0, const void *p1, const void *p2, Go go) {
+  using E = typename WordOf<sizeof(T)>::type;
+  if (congruent<T>(16, p0, p1, p2)) return go(uint4{}, split<T, uint4>(count, p0));
+  if constexpr (sizeof(T) <= 8) {
+    if (congruent<T>(8, p0, p1, p2)) return go(uint2{}, split<T, uint2>(count, p0));
+  }
+  if constexpr (sizeof(T) <= 4) {
+    if (congruent<T>(4, p0, p1, p2)) return go(uint32_t{}, split<T, uint32_t>(count, p0));
+  }
+  if constexpr (sizeof(T) <= 2) {
+    if (congruent<T>(2, p0, p1, p2)) return go(uint16_t{}, split<T, uint16_t>(count, p0));
+  }
+  if constexpr (sizeof(T) == 1) return go(uint8_t{}, split<T, uint8_t>(count, p0));
+  return go(E{}, Split{count, 0, count});
+}
+
 template <class T, class F>
 cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cudaStream_t s,
                       int sm, F f) {
-  Split sp = split<T>(count, dst, a, b);
-  binaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
-      static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp, f);
-  return cudaGetLastError();
+  return byWidth<T>(count, dst, a, b, [&](auto word, Split sp) {
+    using V = decltype(word);
+    binaryKernel<T, V, F><<<gridFor(sp, sizeof(V) / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp, f);
+    return cudaGetLastError();
+  });
 }
 
 template <class T, class F>
 cudaError_t runUnary(void *dst, const void *src, size_t count, cudaStream_t s, int sm, F f) {
-  Split sp = split<T>(count, dst, src, nullptr);
-  unaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
-      static_cast<T *>(dst), static_cast<const T *>(src), sp, f);
-  return cudaGetLastError();
+  return byWidth<T>(count, dst, src, nullptr, [&](auto word, Split sp) {
+    using V = decltype(word);
+    unaryKernel<T, V, F><<<gridFor(sp, sizeof(V) / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<const T *>(src), sp, f);
+    return cudaGetLastError();
+  });
 }
 
 template <class T>

@@ -3,28 +3,10 @@
 // thread in groups on two CUDA streams.  Built and run by
 // tools/nccl-dropin-gpu.sh (nvcc, linked to the drop-in).  Prints OK or FAIL
 // lines; exit 0 only when every result is right.
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    ncclResult_t r_ = (x);                                                            \
-    if (r_ != ncclSuccess) {                                                          \
-      printf("FAIL %s -> %s (%s)\n", #x, ncclGetErrorString(r_), ncclGetLastError(nullptr)); \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-#define CU(x)                                                            \
-  do {                                                                   \
-    cudaError_t e_ = (x);                                                \
-    if (e_ != cudaSuccess) {                                             \
-      printf("FAIL %s -> %s\n", #x, cudaGetErrorString(e_));             \
-      return 1;                                                          \
-    }                                                                    \
-  } while (0)
+#include "nccl_gpu_check.h"
 
 int main(int argc, char **argv) {
   int ndev = 0;
