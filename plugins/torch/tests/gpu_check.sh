@@ -9,7 +9,9 @@
 # sharing GPU 0: the flagcx engine), the device strings "cpu:gloo,cuda:flagcx"
 # and "cpu:flagcx,cuda:flagcx" (CPU tensors staged through the GPU), 20 DDP
 # steps against gloo on the same GPU, and all_reduce 1 MiB..256 MiB against
-# nccl (1 rank).  Logs: <builddir>/torch-gpu/.
+# nccl (1 rank).  Logs: <builddir>/torch-gpu/.  TORCH_GPU_STEP_TIMEOUT=s
+# bounds each step (default 900); a step cut short has its workers killed so
+# that they do not slow the next one.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build-gpu}
@@ -29,10 +31,11 @@ step() {  # step NAME ENV... -- CMD...
   local name=$1; shift
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  if env "${envs[@]}" timeout 900 "$@" >"$OUT/$name.log" 2>&1; then
+  if env "${envs[@]}" timeout -k 5 "${TORCH_GPU_STEP_TIMEOUT:-900}" "$@" >"$OUT/$name.log" 2>&1; then
     echo "PASS $name"; pass=$((pass + 1))
   else
     echo "FAIL $name (see $OUT/$name.log)"; fail=$((fail + 1))
+    pkill -9 -f "python[0-9.]* .*(test_ops|test_ddp|example|bench_allreduce)\.py" 2>/dev/null
   fi
 }
 run1="$PY -m torch.distributed.run --nproc_per_node 1 --master_port 29611"
