@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "adapters/device/cuda/cuda_internal.h"
+#include "adapters/device/cuda/cuda_kernels.h"
 #include "gpu_common.h"
 
 using namespace flagcx;
@@ -124,15 +125,25 @@ int main(int argc, char **argv) {
                  {"f64 d+8 a+0 b+0", flagcxFloat64, 8, 0, 0},
                  {"bf16 d+2 a+0 b+6", flagcxBfloat16, 2, 0, 6},
                  {"i8 d+1 a+0 b+3", flagcxInt8, 1, 0, 3}};
-    for (const Case &c : cases) {
-      size_t ts = getFlagcxDataTypeSize(c.dt);
-      double tf = timeMs(s, 10, [&] {
-        FX(A->reduce(static_cast<char *>(d) + c.od, static_cast<char *>(a) + c.oa,
-                     static_cast<char *>(b) + c.ob, bytes / ts, c.dt, flagcxSum, fs));
+    for (auto path : {cuda::MisalignedPath::realign, cuda::MisalignedPath::words}) {
+      cuda::g_misaligned = path;
+      const char *pname = path == cuda::MisalignedPath::realign ? "realign" : "words";
+      for (const Case &c : cases) {
+        size_t ts = getFlagcxDataTypeSize(c.dt);
+        double tf = timeMs(s, 10, [&] {
+          FX(A->reduce(static_cast<char *>(d) + c.od, static_cast<char *>(a) + c.oa,
+                       static_cast<char *>(b) + c.ob, bytes / ts, c.dt, flagcxSum, fs));
+        });
+        printf("misaligned %-18s sum (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", c.name, pname,
+               bytes >> 20, 3.0 * bytes / tf / 1e6, 100 * (3.0 * bytes / tf) / (2.0 * bytes / tc));
+      }
+      double tu = timeMs(s, 10, [&] {
+        FX(A->divide(static_cast<char *>(d) + 4, static_cast<char *>(a) + 8, bytes / 4, flagcxFloat32, 3, fs));
       });
-      printf("misaligned %-18s sum, %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", c.name, bytes >> 20,
-             3.0 * bytes / tf / 1e6, 100 * (3.0 * bytes / tf) / (2.0 * bytes / tc));
+      printf("misaligned f32 divide d+4 a+8 (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", pname,
+             bytes >> 20, 2.0 * bytes / tu / 1e6, 100 * tc / tu);
     }
+    cuda::g_misaligned = cuda::MisalignedPath::realign;
   }
   // Host tasks in stream order.
   {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "adapters/device/cuda/cuda_internal.h"
+#include "adapters/device/cuda/cuda_kernels.h"
 #include "gpu_common.h"
 
 using namespace flagcx;
@@ -136,7 +137,7 @@ struct Offsets {
   size_t d, a, b;  // in elements from a 256-byte aligned base
 };
 
-TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
+void everyTypeOpCountAlignment() {
   const size_t counts[] = {1, 5, 31, 4096 + 3, (1u << 20) + 7};
   // Equal offsets (vectors), and offsets that differ so that the operands
   // share only an 8-, 4-, 2-byte or element boundary (the narrower word paths).
@@ -199,6 +200,17 @@ TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
   }
   OK(H()->streamDestroy(s));
   printf("reduce/divide cases checked: %d\n", checked);
+}
+
+// Both ways of handling operands without a common 16-byte offset.
+TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
+  cuda::g_misaligned = cuda::MisalignedPath::realign;
+  everyTypeOpCountAlignment();
+}
+TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHostWordPath) {
+  cuda::g_misaligned = cuda::MisalignedPath::words;
+  everyTypeOpCountAlignment();
+  cuda::g_misaligned = cuda::MisalignedPath::realign;
 }
 
 // NULL-stream reduce/copy accept any mix of pageable, pinned and device memory.

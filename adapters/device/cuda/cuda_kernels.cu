@@ -19,6 +19,9 @@
 #include "cuda_kernels.h"
 
 namespace flagcx::cuda {
+
+__attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedPath::realign;
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -224,6 +227,96 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   for (; i < sp.nvec; i += nth) vd[i] = apply1<T>(vs[i], f);
 }
 
+// The 16 bytes that start `s` bytes into lo:hi (two consecutive aligned
+// vectors), s < 16.  The switch is on a launch-wide value: no divergence.
+__device__ __forceinline__ uint4 realign(const uint4 &lo, const uint4 &hi, unsigned s) {
+  const unsigned r = (s & 3) * 8;
+  auto fs = [r](uint32_t l, uint32_t h) { return __funnelshift_r(l, h, r); };
+  switch (s >> 2) {
+    case 0: return make_uint4(fs(lo.x, lo.y), fs(lo.y, lo.z), fs(lo.z, lo.w), fs(lo.w, hi.x));
+    case 1: return make_uint4(fs(lo.y, lo.z), fs(lo.z, lo.w), fs(lo.w, hi.x), fs(hi.x, hi.y));
+    case 2: return make_uint4(fs(lo.z, lo.w), fs(lo.w, hi.x), fs(hi.x, hi.y), fs(hi.y, hi.z));
+    default: return make_uint4(fs(lo.w, hi.x), fs(hi.x, hi.y), fs(hi.y, hi.z), fs(hi.z, hi.w));
+  }
+}
+
+// Source vector i as seen from an aligned destination: the aligned vectors
+// i and i+1 of the source's aligned base, realigned by `s` bytes.  Vector
+// i+1 is read only when s > 0; it then holds the last byte wanted, so the
+// read never leaves the 16-byte chunk (nor the page) of wanted bytes.
+__device__ __forceinline__ uint4 loadShifted(const uint4 *base, size_t i, unsigned s) {
+  uint4 lo = base[i];
+  if (s == 0) return lo;
+  return realign(lo, base[i + 1], s);
+}
+
+constexpr int kRealignUnroll = 4;
+
+// Operands at different offsets modulo 16: the destination is written in
+// aligned vectors and each source is read in aligned vectors and shifted in
+// registers (funnel shifts), so every global access stays 16 bytes wide.
+// Needs element-aligned pointers; sa/sb are the sources' offsets modulo 16
+// after the head.
+template <class T, class F>
+__global__ void __launch_bounds__(kThreads, 1)
+    realignBinaryKernel(T *dst, const T *a, const T *b, Split sp, unsigned sa, unsigned sb, F f) {
+  constexpr size_t n = 16 / sizeof(T);
+  constexpr int U = kRealignUnroll;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(a[i], b[i]);
+  const size_t tail = sp.head + sp.nvec * n;
+  for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(a[i], b[i]);
+  const uint4 *va = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(a + sp.head) - sa);
+  const uint4 *vb = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(b + sp.head) - sb);
+  uint4 *vd = reinterpret_cast<uint4 *>(dst + sp.head);
+  size_t i = tid;
+  for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
+    uint4 xa[U], xb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      xa[u] = loadShifted(va, i + u * nth, sa);
+      xb[u] = loadShifted(vb, i + u * nth, sb);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) vd[i + u * nth] = apply2<T>(xa[u], xb[u], f);
+  }
+  for (; i < sp.nvec; i += nth) vd[i] = apply2<T>(loadShifted(va, i, sa), loadShifted(vb, i, sb), f);
+}
+
+template <class T, class F>
+__global__ void __launch_bounds__(kThreads, 1)
+    realignUnaryKernel(T *dst, const T *src, Split sp, unsigned ss, F f) {
+  constexpr size_t n = 16 / sizeof(T);
+  constexpr int U = kRealignUnroll;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(src[i]);
+  const size_t tail = sp.head + sp.nvec * n;
+  for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(src[i]);
+  const uint4 *vs = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(src + sp.head) - ss);
+  uint4 *vd = reinterpret_cast<uint4 *>(dst + sp.head);
+  size_t i = tid;
+  for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
+    uint4 x[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) x[u] = loadShifted(vs, i + u * nth, ss);
+#pragma unroll
+    for (int u = 0; u < U; u++) vd[i + u * nth] = apply1<T>(x[u], f);
+  }
+  for (; i < sp.nvec; i += nth) vd[i] = apply1<T>(loadShifted(vs, i, ss), f);
+}
+
+// Offset modulo 16 of p + head elements.
+template <class T>
+unsigned shiftAfter(const void *p, size_t head) {
+  return static_cast<unsigned>((reinterpret_cast<uintptr_t>(p) + head * sizeof(T)) % 16);
+}
+template <class T>
+bool elementAligned(const void *p) {
+  return !p || reinterpret_cast<uintptr_t>(p) % sizeof(T) == 0;
+}
+
 // True when every operand sits at the same offset modulo W and that offset
 // is a whole number of elements (so a word holds whole elements).
 template <class T>
@@ -275,6 +368,14 @@ cudaError_t byWidth(size_t count, const void *p0, const void *p1, const void *p2
 template <class T, class F>
 cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cudaStream_t s,
                       int sm, F f) {
+  if (g_misaligned == MisalignedPath::realign && !congruent<T>(16, dst, a, b) &&
+      elementAligned<T>(dst) && elementAligned<T>(a) && elementAligned<T>(b)) {
+    Split sp = split<T, uint4>(count, dst);
+    realignBinaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp,
+        shiftAfter<T>(a, sp.head), shiftAfter<T>(b, sp.head), f);
+    return cudaGetLastError();
+  }
   return byWidth<T>(count, dst, a, b, [&](auto word, Split sp) {
     using V = decltype(word);
     binaryKernel<T, V, F><<<gridFor(sp, sizeof(V) / sizeof(T), sm), kThreads, 0, s>>>(
@@ -285,6 +386,13 @@ cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cud
 
 template <class T, class F>
 cudaError_t runUnary(void *dst, const void *src, size_t count, cudaStream_t s, int sm, F f) {
+  if (g_misaligned == MisalignedPath::realign && !congruent<T>(16, dst, src, nullptr) &&
+      elementAligned<T>(dst) && elementAligned<T>(src)) {
+    Split sp = split<T, uint4>(count, dst);
+    realignUnaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<const T *>(src), sp, shiftAfter<T>(src, sp.head), f);
+    return cudaGetLastError();
+  }
   return byWidth<T>(count, dst, src, nullptr, [&](auto word, Split sp) {
     using V = decltype(word);
     unaryKernel<T, V, F><<<gridFor(sp, sizeof(V) / sizeof(T), sm), kThreads, 0, s>>>(
