@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   // Operands without a common 16-byte boundary (the narrower word paths),
   // against the aligned cudaMemcpy of the same size.
   {
-    phase("misaligned reduce", 120);
+    phase("misaligned reduce", 240);
     size_t bytes = std::min<size_t>(maxBytes, 256u << 20) - 64;
     double tc = timeMs(s, 10, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
     struct Case {
@@ -125,9 +125,11 @@ int main(int argc, char **argv) {
                  {"f64 d+8 a+0 b+0", flagcxFloat64, 8, 0, 0},
                  {"bf16 d+2 a+0 b+6", flagcxBfloat16, 2, 0, 6},
                  {"i8 d+1 a+0 b+3", flagcxInt8, 1, 0, 3}};
-    for (auto path : {cuda::MisalignedPath::realign, cuda::MisalignedPath::words}) {
+    using P = cuda::MisalignedPath;
+    const char *names[] = {"shuffleU2B2", "shuffleU4B1", "realignU2B2", "realignU4B1", "words"};
+    for (P path : {P::shuffleU2B2, P::shuffleU4B1, P::realignU2B2, P::realignU4B1, P::words}) {
       cuda::g_misaligned = path;
-      const char *pname = path == cuda::MisalignedPath::realign ? "realign" : "words";
+      const char *pname = names[static_cast<int>(path)];
       for (const Case &c : cases) {
         size_t ts = getFlagcxDataTypeSize(c.dt);
         double tf = timeMs(s, 10, [&] {
@@ -143,7 +145,7 @@ int main(int argc, char **argv) {
       printf("misaligned f32 divide d+4 a+8 (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", pname,
              bytes >> 20, 2.0 * bytes / tu / 1e6, 100 * tc / tu);
     }
-    cuda::g_misaligned = cuda::MisalignedPath::realign;
+    cuda::g_misaligned = P::shuffleU2B2;
   }
   // Host tasks in stream order.
   {

@@ -202,15 +202,16 @@ void everyTypeOpCountAlignment() {
   printf("reduce/divide cases checked: %d\n", checked);
 }
 
-// Both ways of handling operands without a common 16-byte offset.
+// Every way of handling operands without a common 16-byte offset.
 TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
-  cuda::g_misaligned = cuda::MisalignedPath::realign;
-  everyTypeOpCountAlignment();
-}
-TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHostWordPath) {
-  cuda::g_misaligned = cuda::MisalignedPath::words;
-  everyTypeOpCountAlignment();
-  cuda::g_misaligned = cuda::MisalignedPath::realign;
+  using P = cuda::MisalignedPath;
+  for (P p : {P::shuffleU2B2, P::shuffleU4B1, P::realignU2B2, P::realignU4B1, P::words}) {
+    SCOPED_TRACE("misaligned path " + std::to_string(static_cast<int>(p)));
+    cuda::g_misaligned = p;
+    everyTypeOpCountAlignment();
+    if (HasFatalFailure()) break;
+  }
+  cuda::g_misaligned = P::shuffleU2B2;
 }
 
 // NULL-stream reduce/copy accept any mix of pageable, pinned and device memory.

@@ -20,7 +20,7 @@
 
 namespace flagcx::cuda {
 
-__attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedPath::realign;
+__attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedPath::shuffleU2B2;
 
 namespace {
 
@@ -250,20 +250,52 @@ __device__ __forceinline__ uint4 loadShifted(const uint4 *base, size_t i, unsign
   return realign(lo, base[i + 1], s);
 }
 
-constexpr int kRealignUnroll = 4;
+// Source vectors of one unrolled step.  Shfl: each lane loads its aligned
+// vector once and takes the next one from the lane above (the last lane
+// loads it); otherwise every lane loads both (the second mostly from L1).
+// With Shfl the caller guarantees that the whole warp is in the step.
+template <int U, bool Shfl>
+__device__ __forceinline__ void loadStep(uint4 (&x)[U], const uint4 *base, size_t i, size_t nth,
+                                         unsigned s) {
+  if constexpr (Shfl) {
+    uint4 lo[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) lo[u] = base[i + u * nth];
+    if (s == 0) {
+#pragma unroll
+      for (int u = 0; u < U; u++) x[u] = lo[u];
+      return;
+    }
+    const bool last = (threadIdx.x & 31) == 31;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      uint4 hi;
+      hi.x = __shfl_down_sync(0xffffffffu, lo[u].x, 1);
+      hi.y = __shfl_down_sync(0xffffffffu, lo[u].y, 1);
+      hi.z = __shfl_down_sync(0xffffffffu, lo[u].z, 1);
+      hi.w = __shfl_down_sync(0xffffffffu, lo[u].w, 1);
+      if (last) hi = base[i + u * nth + 1];
+      x[u] = realign(lo[u], hi, s);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; u++) x[u] = loadShifted(base, i + u * nth, s);
+  }
+}
 
 // Operands at different offsets modulo 16: the destination is written in
 // aligned vectors and each source is read in aligned vectors and shifted in
 // registers (funnel shifts), so every global access stays 16 bytes wide.
 // Needs element-aligned pointers; sa/sb are the sources' offsets modulo 16
-// after the head.
-template <class T, class F>
-__global__ void __launch_bounds__(kThreads, 1)
+// after the head.  U vectors per operand in flight per thread; MinB blocks
+// of kThreads per multiprocessor (the register budget).
+template <class T, int U, int MinB, bool Shfl, class F>
+__global__ void __launch_bounds__(kThreads, MinB)
     realignBinaryKernel(T *dst, const T *a, const T *b, Split sp, unsigned sa, unsigned sb, F f) {
   constexpr size_t n = 16 / sizeof(T);
-  constexpr int U = kRealignUnroll;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t lane = threadIdx.x & 31;
   for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(a[i], b[i]);
   const size_t tail = sp.head + sp.nvec * n;
   for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(a[i], b[i]);
@@ -271,40 +303,48 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint4 *vb = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(b + sp.head) - sb);
   uint4 *vd = reinterpret_cast<uint4 *>(dst + sp.head);
   size_t i = tid;
-  for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
+  // The step's condition holds for the warp's last lane, hence for all.
+  for (; i - lane + 31 + (U - 1) * nth < sp.nvec; i += U * nth) {
     uint4 xa[U], xb[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      xa[u] = loadShifted(va, i + u * nth, sa);
-      xb[u] = loadShifted(vb, i + u * nth, sb);
-    }
+    loadStep<U, Shfl>(xa, va, i, nth, sa);
+    loadStep<U, Shfl>(xb, vb, i, nth, sb);
 #pragma unroll
     for (int u = 0; u < U; u++) vd[i + u * nth] = apply2<T>(xa[u], xb[u], f);
   }
   for (; i < sp.nvec; i += nth) vd[i] = apply2<T>(loadShifted(va, i, sa), loadShifted(vb, i, sb), f);
 }
 
-template <class T, class F>
-__global__ void __launch_bounds__(kThreads, 1)
+template <class T, int U, int MinB, bool Shfl, class F>
+__global__ void __launch_bounds__(kThreads, MinB)
     realignUnaryKernel(T *dst, const T *src, Split sp, unsigned ss, F f) {
   constexpr size_t n = 16 / sizeof(T);
-  constexpr int U = kRealignUnroll;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t lane = threadIdx.x & 31;
   for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(src[i]);
   const size_t tail = sp.head + sp.nvec * n;
   for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(src[i]);
   const uint4 *vs = reinterpret_cast<const uint4 *>(reinterpret_cast<const char *>(src + sp.head) - ss);
   uint4 *vd = reinterpret_cast<uint4 *>(dst + sp.head);
   size_t i = tid;
-  for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
+  for (; i - lane + 31 + (U - 1) * nth < sp.nvec; i += U * nth) {
     uint4 x[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) x[u] = loadShifted(vs, i + u * nth, ss);
+    loadStep<U, Shfl>(x, vs, i, nth, ss);
 #pragma unroll
     for (int u = 0; u < U; u++) vd[i + u * nth] = apply1<T>(x[u], f);
   }
   for (; i < sp.nvec; i += nth) vd[i] = apply1<T>(loadShifted(vs, i, ss), f);
+}
+
+// The realign variants a benchmark can compare (MisalignedPath).
+template <class Go>
+cudaError_t byRealign(Go go) {
+  switch (g_misaligned) {
+    case MisalignedPath::realignU4B1: return go(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, std::false_type{});
+    case MisalignedPath::realignU2B2: return go(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{}, std::false_type{});
+    case MisalignedPath::shuffleU4B1: return go(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, std::true_type{});
+    default: return go(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{}, std::true_type{});
+  }
 }
 
 // Offset modulo 16 of p + head elements.
@@ -368,13 +408,16 @@ cudaError_t byWidth(size_t count, const void *p0, const void *p1, const void *p2
 template <class T, class F>
 cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cudaStream_t s,
                       int sm, F f) {
-  if (g_misaligned == MisalignedPath::realign && !congruent<T>(16, dst, a, b) &&
+  if (g_misaligned != MisalignedPath::words && !congruent<T>(16, dst, a, b) &&
       elementAligned<T>(dst) && elementAligned<T>(a) && elementAligned<T>(b)) {
     Split sp = split<T, uint4>(count, dst);
-    realignBinaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
-        static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp,
-        shiftAfter<T>(a, sp.head), shiftAfter<T>(b, sp.head), f);
-    return cudaGetLastError();
+    return byRealign([&](auto u, auto minb, auto shfl) {
+      realignBinaryKernel<T, decltype(u)::value, decltype(minb)::value, decltype(shfl)::value, F>
+          <<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+              static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp,
+              shiftAfter<T>(a, sp.head), shiftAfter<T>(b, sp.head), f);
+      return cudaGetLastError();
+    });
   }
   return byWidth<T>(count, dst, a, b, [&](auto word, Split sp) {
     using V = decltype(word);
@@ -386,12 +429,15 @@ cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cud
 
 template <class T, class F>
 cudaError_t runUnary(void *dst, const void *src, size_t count, cudaStream_t s, int sm, F f) {
-  if (g_misaligned == MisalignedPath::realign && !congruent<T>(16, dst, src, nullptr) &&
+  if (g_misaligned != MisalignedPath::words && !congruent<T>(16, dst, src, nullptr) &&
       elementAligned<T>(dst) && elementAligned<T>(src)) {
     Split sp = split<T, uint4>(count, dst);
-    realignUnaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
-        static_cast<T *>(dst), static_cast<const T *>(src), sp, shiftAfter<T>(src, sp.head), f);
-    return cudaGetLastError();
+    return byRealign([&](auto u, auto minb, auto shfl) {
+      realignUnaryKernel<T, decltype(u)::value, decltype(minb)::value, decltype(shfl)::value, F>
+          <<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+              static_cast<T *>(dst), static_cast<const T *>(src), sp, shiftAfter<T>(src, sp.head), f);
+      return cudaGetLastError();
+    });
   }
   return byWidth<T>(count, dst, src, nullptr, [&](auto word, Split sp) {
     using V = decltype(word);
