@@ -126,8 +126,8 @@ int main(int argc, char **argv) {
                  {"bf16 d+2 a+0 b+6", flagcxBfloat16, 2, 0, 6},
                  {"i8 d+1 a+0 b+3", flagcxInt8, 1, 0, 3}};
     using P = cuda::MisalignedPath;
-    const char *names[] = {"shuffleU2B2", "shuffleU4B1", "realignU2B2", "realignU4B1", "words"};
-    for (P path : {P::shuffleU2B2, P::shuffleU4B1, P::realignU2B2, P::realignU4B1, P::words}) {
+    const char *names[] = {"best", "realign", "words"};
+    for (P path : {P::best, P::realign, P::words}) {
       cuda::g_misaligned = path;
       const char *pname = names[static_cast<int>(path)];
       for (const Case &c : cases) {
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
       printf("misaligned f32 divide d+4 a+8 (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", pname,
              bytes >> 20, 2.0 * bytes / tu / 1e6, 100 * tc / tu);
     }
-    cuda::g_misaligned = P::shuffleU2B2;
+    cuda::g_misaligned = P::best;
   }
   // Host tasks in stream order.
   {

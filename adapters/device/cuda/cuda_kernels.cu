@@ -5,8 +5,9 @@
 // (uint4), each thread keeping several of them in flight before it stores, so
 // that a few blocks per multiprocessor saturate HBM.  Elements before the
 // first 16-byte boundary (head) and after the last full vector (tail) are done
-// one by one.  Operands that are not equally misaligned move in the widest
-// word (8, 4, 2 bytes) at which they are, with more words in flight.
+// one by one.  Operands at different offsets modulo 16 either move in 8-byte
+// words (when they share an 8-byte offset) or are realigned: aligned vector
+// loads shifted in registers (useRealign below says which, and why).
 // Half and bfloat16 are computed in float and rounded to nearest even, as the
 // host adapter does, so both give bit-identical results.
 #include <cuda_bf16.h>
@@ -20,7 +21,7 @@
 
 namespace flagcx::cuda {
 
-__attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedPath::shuffleU2B2;
+__attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedPath::best;
 
 namespace {
 
@@ -250,49 +251,50 @@ __device__ __forceinline__ uint4 loadShifted(const uint4 *base, size_t i, unsign
   return realign(lo, base[i + 1], s);
 }
 
-// Source vectors of one unrolled step.  Shfl: each lane loads its aligned
-// vector once and takes the next one from the lane above (the last lane
-// loads it); otherwise every lane loads both (the second mostly from L1).
-// With Shfl the caller guarantees that the whole warp is in the step.
-template <int U, bool Shfl>
+// Source vectors of one unrolled step: each lane loads its aligned vector
+// once and takes the next one from the lane above by a warp shuffle (the
+// last lane loads it).  The caller guarantees that the whole warp is in the
+// step.  (Loading both vectors in every lane, the second mostly from L1,
+// measured 61 % of the copy rate for bf16 and int8 against 84 % for this.)
+template <int U>
 __device__ __forceinline__ void loadStep(uint4 (&x)[U], const uint4 *base, size_t i, size_t nth,
                                          unsigned s) {
-  if constexpr (Shfl) {
-    uint4 lo[U];
+  uint4 lo[U];
 #pragma unroll
-    for (int u = 0; u < U; u++) lo[u] = base[i + u * nth];
-    if (s == 0) {
+  for (int u = 0; u < U; u++) lo[u] = base[i + u * nth];
+  if (s == 0) {
 #pragma unroll
-      for (int u = 0; u < U; u++) x[u] = lo[u];
-      return;
-    }
-    const bool last = (threadIdx.x & 31) == 31;
+    for (int u = 0; u < U; u++) x[u] = lo[u];
+    return;
+  }
+  const bool last = (threadIdx.x & 31) == 31;
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      uint4 hi;
-      hi.x = __shfl_down_sync(0xffffffffu, lo[u].x, 1);
-      hi.y = __shfl_down_sync(0xffffffffu, lo[u].y, 1);
-      hi.z = __shfl_down_sync(0xffffffffu, lo[u].z, 1);
-      hi.w = __shfl_down_sync(0xffffffffu, lo[u].w, 1);
-      if (last) hi = base[i + u * nth + 1];
-      x[u] = realign(lo[u], hi, s);
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < U; u++) x[u] = loadShifted(base, i + u * nth, s);
+  for (int u = 0; u < U; u++) {
+    uint4 hi;
+    hi.x = __shfl_down_sync(0xffffffffu, lo[u].x, 1);
+    hi.y = __shfl_down_sync(0xffffffffu, lo[u].y, 1);
+    hi.z = __shfl_down_sync(0xffffffffu, lo[u].z, 1);
+    hi.w = __shfl_down_sync(0xffffffffu, lo[u].w, 1);
+    if (last) hi = base[i + u * nth + 1];
+    x[u] = realign(lo[u], hi, s);
   }
 }
+
+// Realign kernels: 2 vectors per operand in flight per thread, 2 blocks per
+// multiprocessor (better than 4 and 1 on an H200: docs/GPU.md).
+constexpr int kRealignUnroll = 2;
+constexpr int kRealignBlocks = 2;
 
 // Operands at different offsets modulo 16: the destination is written in
 // aligned vectors and each source is read in aligned vectors and shifted in
 // registers (funnel shifts), so every global access stays 16 bytes wide.
 // Needs element-aligned pointers; sa/sb are the sources' offsets modulo 16
-// after the head.  U vectors per operand in flight per thread; MinB blocks
-// of kThreads per multiprocessor (the register budget).
-template <class T, int U, int MinB, bool Shfl, class F>
-__global__ void __launch_bounds__(kThreads, MinB)
+// after the head.
+template <class T, class F>
+__global__ void __launch_bounds__(kThreads, kRealignBlocks)
     realignBinaryKernel(T *dst, const T *a, const T *b, Split sp, unsigned sa, unsigned sb, F f) {
   constexpr size_t n = 16 / sizeof(T);
+  constexpr int U = kRealignUnroll;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t lane = threadIdx.x & 31;
@@ -306,18 +308,19 @@ __global__ void __launch_bounds__(kThreads, MinB)
   // The step's condition holds for the warp's last lane, hence for all.
   for (; i - lane + 31 + (U - 1) * nth < sp.nvec; i += U * nth) {
     uint4 xa[U], xb[U];
-    loadStep<U, Shfl>(xa, va, i, nth, sa);
-    loadStep<U, Shfl>(xb, vb, i, nth, sb);
+    loadStep<U>(xa, va, i, nth, sa);
+    loadStep<U>(xb, vb, i, nth, sb);
 #pragma unroll
     for (int u = 0; u < U; u++) vd[i + u * nth] = apply2<T>(xa[u], xb[u], f);
   }
   for (; i < sp.nvec; i += nth) vd[i] = apply2<T>(loadShifted(va, i, sa), loadShifted(vb, i, sb), f);
 }
 
-template <class T, int U, int MinB, bool Shfl, class F>
-__global__ void __launch_bounds__(kThreads, MinB)
+template <class T, class F>
+__global__ void __launch_bounds__(kThreads, kRealignBlocks)
     realignUnaryKernel(T *dst, const T *src, Split sp, unsigned ss, F f) {
   constexpr size_t n = 16 / sizeof(T);
+  constexpr int U = kRealignUnroll;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t lane = threadIdx.x & 31;
@@ -329,22 +332,11 @@ __global__ void __launch_bounds__(kThreads, MinB)
   size_t i = tid;
   for (; i - lane + 31 + (U - 1) * nth < sp.nvec; i += U * nth) {
     uint4 x[U];
-    loadStep<U, Shfl>(x, vs, i, nth, ss);
+    loadStep<U>(x, vs, i, nth, ss);
 #pragma unroll
     for (int u = 0; u < U; u++) vd[i + u * nth] = apply1<T>(x[u], f);
   }
   for (; i < sp.nvec; i += nth) vd[i] = apply1<T>(loadShifted(vs, i, ss), f);
-}
-
-// The realign variants a benchmark can compare (MisalignedPath).
-template <class Go>
-cudaError_t byRealign(Go go) {
-  switch (g_misaligned) {
-    case MisalignedPath::realignU4B1: return go(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, std::false_type{});
-    case MisalignedPath::realignU2B2: return go(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{}, std::false_type{});
-    case MisalignedPath::shuffleU4B1: return go(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{}, std::true_type{});
-    default: return go(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{}, std::true_type{});
-  }
 }
 
 // Offset modulo 16 of p + head elements.
@@ -388,6 +380,21 @@ unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
 // Calls go(V{}, split) with the widest word width W >= sizeof(T) at which the
 // operands are congruent; when none is (operands not even element-aligned to
 // each other) the split is all head: element by element.
+// Which path takes operands that differ modulo 16.  `best`, from the H200
+// measurements in docs/GPU.md: operands sharing an 8-byte offset move in
+// 8-byte words (92 % of the copy rate for f32), the others are realigned
+// (84 %; 4-byte words reached 65 %, bytes 52 %).
+template <class T>
+bool useRealign(const void *p0, const void *p1, const void *p2) {
+  if (congruent<T>(16, p0, p1, p2)) return false;
+  if (!elementAligned<T>(p0) || !elementAligned<T>(p1) || !elementAligned<T>(p2)) return false;
+  switch (g_misaligned) {
+    case MisalignedPath::realign: return true;
+    case MisalignedPath::words: return false;
+    default: return !congruent<T>(8, p0, p1, p2);
+  }
+}
+
 template <class T, class Go>
 cudaError_t byWidth(size_t count, const void *p0, const void *p1, const void *p2, Go go) {
   using E = typename WordOf<sizeof(T)>::type;
@@ -408,16 +415,12 @@ cudaError_t byWidth(size_t count, const void *p0, const void *p1, const void *p2
 template <class T, class F>
 cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cudaStream_t s,
                       int sm, F f) {
-  if (g_misaligned != MisalignedPath::words && !congruent<T>(16, dst, a, b) &&
-      elementAligned<T>(dst) && elementAligned<T>(a) && elementAligned<T>(b)) {
+  if (useRealign<T>(dst, a, b)) {
     Split sp = split<T, uint4>(count, dst);
-    return byRealign([&](auto u, auto minb, auto shfl) {
-      realignBinaryKernel<T, decltype(u)::value, decltype(minb)::value, decltype(shfl)::value, F>
-          <<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
-              static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp,
-              shiftAfter<T>(a, sp.head), shiftAfter<T>(b, sp.head), f);
-      return cudaGetLastError();
-    });
+    realignBinaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp,
+        shiftAfter<T>(a, sp.head), shiftAfter<T>(b, sp.head), f);
+    return cudaGetLastError();
   }
   return byWidth<T>(count, dst, a, b, [&](auto word, Split sp) {
     using V = decltype(word);
@@ -429,15 +432,11 @@ cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cud
 
 template <class T, class F>
 cudaError_t runUnary(void *dst, const void *src, size_t count, cudaStream_t s, int sm, F f) {
-  if (g_misaligned != MisalignedPath::words && !congruent<T>(16, dst, src, nullptr) &&
-      elementAligned<T>(dst) && elementAligned<T>(src)) {
+  if (useRealign<T>(dst, src, nullptr)) {
     Split sp = split<T, uint4>(count, dst);
-    return byRealign([&](auto u, auto minb, auto shfl) {
-      realignUnaryKernel<T, decltype(u)::value, decltype(minb)::value, decltype(shfl)::value, F>
-          <<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
-              static_cast<T *>(dst), static_cast<const T *>(src), sp, shiftAfter<T>(src, sp.head), f);
-      return cudaGetLastError();
-    });
+    realignUnaryKernel<T, F><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<const T *>(src), sp, shiftAfter<T>(src, sp.head), f);
+    return cudaGetLastError();
   }
   return byWidth<T>(count, dst, src, nullptr, [&](auto word, Split sp) {
     using V = decltype(word);

@@ -26,12 +26,12 @@ cudaError_t launchDivide(void *dst, const void *src, size_t count, flagcxDataTyp
 
 // dst[i] = src[i] as bytes; the same vectorized kernel shape, used by the
 // benchmark as a copy-kernel baseline next to cudaMemcpyAsync.
-// How operands without a common 16-byte offset are handled: aligned 16-byte
-// loads shifted in registers (shuffle*: the next vector comes from the
-// neighbouring lane; realign*: each lane loads both), U vectors in flight,
-// B blocks per multiprocessor; or `words`, the widest word width the
-// operands share.  Only benchmarks and tests change it, to compare.
-enum class MisalignedPath { shuffleU2B2, shuffleU4B1, realignU2B2, realignU4B1, words };
+// How operands without a common 16-byte offset are handled: `realign`
+// (aligned 16-byte loads shifted in registers, the next vector taken from the
+// neighbouring lane), `words` (the widest word width the operands share), or
+// `best` (the default: words when they share an 8-byte offset, else realign).
+// Only benchmarks and tests change it.
+enum class MisalignedPath { best, realign, words };
 extern __attribute__((visibility("default"))) MisalignedPath g_misaligned;
 
 cudaError_t launchCopy(void *dst, const void *src, size_t bytes, cudaStream_t stream,
