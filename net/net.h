@@ -50,6 +50,9 @@ class Conn {
     uint64_t mine = 0, theirs = 0;
   };
   virtual Mismatch mismatch() const { return {}; }
+  // The tag of a message that has arrived (its header read by progress())
+  // and waits for a receive to be posted; 0 when none does.
+  virtual uint64_t inboundTag() const { return 0; }
 
   static constexpr int kMaxPosted = 256;
 };

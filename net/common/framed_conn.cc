@@ -265,6 +265,12 @@ flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
   return flagcxSuccess;
 }
 
+uint64_t FramedConn::inboundTag() const {
+  for (const Lane &l : lanes_)
+    if (l.rHdrReady && l.rSlot < 0) return l.rHdr.tag;
+  return 0;
+}
+
 flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
   for (;;) {
     if (l.closed) return flagcxSuccess;

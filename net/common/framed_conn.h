@@ -104,6 +104,7 @@ class FramedConn final : public Conn {
   flagcxResult_t progress() override;
   void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) override;
   uint64_t peerGaveUpOn() const override { return peerGaveUpOn_; }
+  uint64_t inboundTag() const override;
   Mismatch mismatch() const override { return mismatch_; }
 
  private:

@@ -266,6 +266,9 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   env.bs = comm->bs.get();
   env.conns = &comm->conns;
   env.algos = comm->algos.get();
+  env.sameHostShm = comm->nNodes == 1;
+  for (int r = 0; r < nranks; r++)
+    if (r != rank && comm->via[static_cast<size_t>(r)] != comm->shm.get()) env.sameHostShm = false;
   flagcxComm *raw = comm.get();
   env.connect = [raw](const std::vector<int> &peers) { return commConnect(raw, peers); };
   comm->exec = std::make_unique<Executor>(env);

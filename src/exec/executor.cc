@@ -120,9 +120,10 @@ void finishTurn(ExecState *s, uint64_t ticket, flagcxResult_t res) {
 // on each connection), so that ranks waiting on it fail now, naming the
 // cause, instead of at FLAGCX_TIMEOUT.  Mismatches keep their code.
 void poisonPeers(ExecState *s, flagcxResult_t res) {
-  Conn::Mismatch note;
+  Conn::Mismatch note = s->smallNote;
+  s->smallNote = {};
   for (auto &c : *s->env.conns)
-    if (c && c->mismatch().mine) {
+    if (!note.mine && c && c->mismatch().mine) {
       note = c->mismatch();
       break;
     }
@@ -130,10 +131,16 @@ void poisonPeers(ExecState *s, flagcxResult_t res) {
   uint64_t mine = note.mine ? note.mine : s->curTag;
   for (auto &c : *s->env.conns)
     if (c) c->poison(code, mine, note.theirs);
+  smallPoison(s);
 }
 
 flagcxResult_t runCollIn(ExecState *s, CollItem &c) {
-  return s->mode == ExecMode::Host ? runColl(s, c) : runCollStaged(s, c);
+  if (s->mode != ExecMode::Host) return runCollStaged(s, c);
+  if (s->small) {
+    if (smallFits(s, c)) return runSmall(s, c);
+    smallPublishOrdinary(s, c);
+  }
+  return runColl(s, c);
 }
 
 flagcxResult_t runP2PIn(ExecState *s, std::vector<P2PItem> &items) {
@@ -242,7 +249,8 @@ Executor::~Executor() = default;
 flagcxResult_t Executor::setup(bool canDirect) {
   s_->mode = s_->dev->kind() == DeviceKind::Host ? ExecMode::Host : ExecMode::Staged;
   // Every rank votes, even one that cannot: the vote is collective.
-  return setupDirect(s_.get(), canDirect);
+  FLAGCX_CHECK(setupDirect(s_.get(), canDirect));
+  return setupSmall(s_.get(), s_->env.sameHostShm);
 }
 
 ExecMode Executor::mode() const { return s_->mode; }
@@ -276,6 +284,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
   return implicit ? groupEnd() : flagcxSuccess;
 }
 
+size_t Executor::smallBytes() const { return smallMaxBytes(s_.get()); }
 int Executor::inFlight() const { return s_->inFlight.load(); }
 flagcxResult_t Executor::asyncError() const {
   return static_cast<flagcxResult_t>(s_->asyncError.load());

@@ -37,6 +37,7 @@ struct ExecEnv {
   Bootstrap *bs = nullptr;                         // peer host names; direct-mode set-up
   std::vector<std::unique_ptr<Conn>> *conns = nullptr;  // [peer * nchannels + ch]; null for self
   const AlgoSet *algos = nullptr;
+  bool sameHostShm = false;  // one host, every peer over shared memory
   // Connect to these peers (those of `conns` still null); each of them makes
   // the same call for this rank when it runs the same operation.
   std::function<flagcxResult_t(const std::vector<int> &)> connect;
@@ -61,6 +62,9 @@ class Executor {
   flagcxResult_t enqueueP2P(bool isSend, void *buf, size_t bytes, int peer,
                             flagcxStream_t stream);
 
+  // Allreduces and barriers up to this many bytes go through the shared
+  // block of a one-host communicator (src/exec/small.cc); 0 when none is used.
+  size_t smallBytes() const;
   int inFlight() const;                  // jobs enqueued and not finished
   flagcxResult_t asyncError() const;     // the first failure of a job
   std::string lastError() const;         // its log line

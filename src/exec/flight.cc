@@ -28,14 +28,23 @@ void FlightRecorder::init(int rank, int nranks, size_t capacity) {
   ring_.assign(capacity ? capacity : 1, FlightEntry());
 }
 
+namespace {
+// Bounded copy that always terminates (names longer than the field are cut).
+void copyName(char *dst, size_t cap, const char *src) {
+  size_t i = 0;
+  for (; i + 1 < cap && src[i]; i++) dst[i] = src[i];
+  dst[i] = 0;
+}
+}  // namespace
+
 FlightEntry *FlightRecorder::begin(uint64_t seq, const char *op, const char *algo,
                                    uint64_t bytes, int dtype, int root) {
   std::lock_guard<std::mutex> lk(mu_);
   FlightEntry &e = ring_[count_++ % ring_.size()];
   e = FlightEntry();
   e.seq = seq;
-  snprintf(e.op, sizeof(e.op), "%s", op);
-  snprintf(e.algo, sizeof(e.algo), "%s", algo ? algo : "-");
+  copyName(e.op, sizeof(e.op), op);  // not snprintf: this runs for every operation
+  copyName(e.algo, sizeof(e.algo), algo ? algo : "-");
   e.bytes = bytes;
   e.dtype = dtype;
   e.root = root;

@@ -6,6 +6,7 @@
 //   p2p_run.cc   a group of sends and receives
 //   staging.cc   device buffers through host memory (pipelined)
 //   direct.cc    device buffers read in place by same-host peers (CUDA IPC)
+//   small.cc     small allreduces and barriers of one host through one shared block
 //
 // How bytes move is the executor's mode, fixed at init and the same on
 // every rank:
@@ -146,6 +147,12 @@ struct DirectState {
   std::vector<Xfer> xfers;
 };
 
+// small.cc's shared block (defined there).
+struct SmallShm;
+struct SmallShmDeleter {
+  void operator()(SmallShm *p) const;
+};
+
 struct ExecState {
   explicit ExecState(const ExecEnv &e);
   ~ExecState();
@@ -185,6 +192,10 @@ struct ExecState {
   StageGate gate;
   StageSink sink;
   DirectState dx;
+  // Small allreduces and barriers of a one-host communicator (small.cc);
+  // null when they take the rings.
+  std::unique_ptr<SmallShm, SmallShmDeleter> small;
+  Conn::Mismatch smallNote;  // the calls named when small.cc found a mismatch
   // Scratch of the stage loop, kept for their capacity.
   std::vector<int> scratchCounts;
   std::vector<char> scratchFlags;
@@ -198,6 +209,9 @@ struct ExecState {
 // no-op once every peer has one); then post and progress every message of `xs` until all complete.
 flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers);
 bool everyPeerConnected(const ExecState *s);
+// Progress every Conn; a peer that gave up (its error frame) fails the
+// caller's operation `what` with one log line.
+flagcxResult_t sweepPeers(ExecState *s, const char *what);
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                         flagcxRedOp_t op, const char *what);
 // coll_run.cc: one collective, its buffers as given (host or, in direct
@@ -214,6 +228,15 @@ flagcxResult_t runP2PStaged(ExecState *s, std::vector<P2PItem> &items);
 void reserveStaged(Job *j);
 flagcxResult_t gateReady(ExecState *s, const char *p, size_t len, bool *ok);
 flagcxResult_t gateWait(ExecState *s, const char *p, size_t len);
+// small.cc: collective at init; then, per collective in Host mode, either
+// runSmall (when smallFits) or smallPublishOrdinary before the rings.
+flagcxResult_t setupSmall(ExecState *s, bool sameHostShm);
+bool smallFits(const ExecState *s, const CollItem &ci);
+size_t smallMaxBytes(const ExecState *s);  // 0 without a block
+flagcxResult_t runSmall(ExecState *s, CollItem &ci);
+void smallPublishOrdinary(ExecState *s, const CollItem &ci);
+// After this rank's error frames went out: its peers' next small call fails.
+void smallPoison(ExecState *s);
 // direct.cc
 flagcxResult_t setupDirect(ExecState *s, bool canDirect);
 void releaseDirect(ExecState *s);

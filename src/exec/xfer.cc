@@ -46,6 +46,21 @@ flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers) {
 // ordered separately on a Conn, so each direction has its own half of the
 // limit: a long run of sends can never keep the receives that its peer needs
 // from being posted (that deadlocked large exchanges).
+flagcxResult_t sweepPeers(ExecState *s, const char *what) {
+  for (auto &c : *s->env.conns) {
+    if (!c) continue;
+    flagcxResult_t r = c->progress();
+    // A peer that gave up on a later call finished this one: what it sent
+    // for it arrived before its error frame, and test() hands it over.
+    // The next call fails on that Conn, naming both sides.
+    if (r == flagcxSuccess || laterCall(c->peerGaveUpOn(), s->curTag)) continue;
+    std::string cause = lastErrorText();
+    WARN(kColl, "rank %d: %s: rank %d failed: %s", s->rank, what, c->peer(), cause.c_str());
+    return r;
+  }
+  return flagcxSuccess;
+}
+
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                         flagcxRedOp_t op, const char *what) {
   if (xs.empty()) return flagcxSuccess;
@@ -123,19 +138,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
     }
     // Now and then, look at every peer: one that gave up (an error frame)
     // fails this operation at once, even when this stage waits on others.
-    if (++idleRounds % 256 == 0) {
-      for (auto &c : *s->env.conns) {
-        if (!c) continue;
-        flagcxResult_t r = c->progress();
-        // A peer that gave up on a later call finished this one: what it sent
-        // for it arrived before its error frame, and test() hands it over.
-        // The next call fails on that Conn, naming both sides.
-        if (r == flagcxSuccess || laterCall(c->peerGaveUpOn(), s->curTag)) continue;
-        std::string cause = lastErrorText();
-        WARN(kColl, "rank %d: %s: rank %d failed: %s", s->rank, what, c->peer(), cause.c_str());
-        return r;
-      }
-    }
+    if (++idleRounds % 256 == 0) FLAGCX_CHECK(sweepPeers(s, what));
     if (wait.expired()) {
       std::string pending;
       for (auto &x : xs)

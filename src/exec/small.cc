@@ -1,0 +1,346 @@
+// Small collectives between ranks of one host: one shared block per
+// communicator instead of the rings (issue 19's small-message path).
+//
+// An allreduce of a few KiB over the rings costs a frame per peer and
+// direction, tag checks, a schedule and its stage loop: about twice what
+// MPICH takes over shared memory for 8 bytes.  Here each rank copies its
+// input into its own slot of a block every rank maps, publishes the call's
+// sequence number, waits until every peer has published the same number and
+// reduces the peers' slots, in rank order (so every rank computes the same
+// bits), into its output.  No allocation, no lock, no message: per peer one
+// cache line carries the flag, the call's tag and the first 48 bytes.
+//
+// Layout: one line {poisoned} for the communicator, then per rank
+// (rankStride bytes each):
+//   line A  {word, tag}   published by a call that takes the ordinary path
+//   slot 0  {word, tag, data...}   calls with an even sequence number
+//   slot 1  {word, tag, data...}   odd
+// word = sequence number + 1 (0: never used); tag = collTag() of the call,
+// which names op, dtype, root and count, so a peer that called something
+// else is caught at once (the same check the transports make on frames).
+//
+// Reuse: a rank may overwrite slot p only when every peer has read what it
+// put there last time.  A peer has done so once it has published any later
+// call (it publishes when a call starts, after the previous one finished),
+// so the writer waits until every peer's newest word is past the slot's
+// last use.  With calls back to back this holds already (the previous call
+// waited for everyone), so the check costs nothing then.
+//
+// Mismatches across paths: a peer whose call takes the ordinary path (a
+// larger count, another op) publishes its word and tag in line A; a rank
+// waiting here sees that word reach its own sequence number and fails with
+// both tags named; its error frames then release the peer.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "base/backoff.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "exec/state.h"
+#include "net/tags.h"
+#include "rendezvous/bootstrap.h"
+
+namespace flagcx {
+
+namespace {
+
+constexpr size_t kLine = 64;
+constexpr size_t kHeader = 16;  // word + tag before a slot's data
+constexpr int kMaxRanks = 16;   // one-shot: every rank reads every slot
+constexpr uint32_t kTagName = 0x736d6c01;  // bootstrap tag "sml" 1
+
+struct Pub {
+  std::atomic<uint64_t> word;
+  std::atomic<uint64_t> tag;
+};
+static_assert(sizeof(Pub) == kHeader);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+struct SmallShm {
+  char *base = nullptr;
+  size_t bytes = 0;
+  size_t maxBytes = 0;    // payload of a slot
+  size_t slotStride = 0;  // kHeader + maxBytes, in whole lines
+  size_t rankStride = 0;  // line A + 2 slots
+  int nranks = 0;
+  bool allreduce = true, barrier = true;  // false where FLAGCX_ALGO forces an algorithm
+  uint64_t lastUse[2] = {0, 0};  // word of this rank's last call on each slot
+  std::vector<uint64_t> seen;    // [peer]: newest word seen from it
+
+  ~SmallShm() {
+    if (base) munmap(base, bytes);
+  }
+  // Set by a rank that gave up on an operation, after its error frames went
+  // out on the Conns: the others then fail their next call here too.
+  std::atomic<uint32_t> *poisoned() const { return reinterpret_cast<std::atomic<uint32_t> *>(base); }
+  Pub *lineA(int r) const {
+    return reinterpret_cast<Pub *>(base + kLine + static_cast<size_t>(r) * rankStride);
+  }
+  Pub *slot(int r, int p) const {
+    return reinterpret_cast<Pub *>(base + kLine + static_cast<size_t>(r) * rankStride + kLine +
+                                   static_cast<size_t>(p) * slotStride);
+  }
+  char *data(int r, int p) const { return reinterpret_cast<char *>(slot(r, p)) + kHeader; }
+  // Newest word peer q has published anywhere.
+  uint64_t newest(int q) const {
+    uint64_t w = lineA(q)->word.load(std::memory_order_acquire);
+    w = std::max(w, slot(q, 0)->word.load(std::memory_order_acquire));
+    return std::max(w, slot(q, 1)->word.load(std::memory_order_acquire));
+  }
+};
+
+void SmallShmDeleter::operator()(SmallShm *p) const { delete p; }
+
+flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
+  int64_t maxBytes = paramInt(Param::SHM_SMALL_BYTES);
+  // The same inputs on every rank (the transports' choice is collective),
+  // so every rank takes the same branch.
+  if (!sameHostShm || s->mode != ExecMode::Host || maxBytes <= 0 || s->nranks < 2 ||
+      s->nranks > kMaxRanks)
+    return flagcxSuccess;
+  auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
+  sm->nranks = s->nranks;
+  sm->maxBytes = static_cast<size_t>(maxBytes);
+  sm->slotStride = roundUp(kHeader + sm->maxBytes, kLine);
+  sm->rankStride = kLine + 2 * sm->slotStride;
+  sm->bytes = kLine + sm->rankStride * static_cast<size_t>(s->nranks);
+  sm->seen.assign(static_cast<size_t>(s->nranks), 0);
+  // An algorithm forced by FLAGCX_ALGO ("allreduce:ring") is what the user
+  // asked for: those calls keep their schedule.
+  std::string forced = paramStr(Param::ALGO);
+  sm->allreduce = forced.find("allreduce:") == std::string::npos;
+  sm->barrier = forced.find("barrier:") == std::string::npos;
+  Bootstrap *bs = s->env.bs;
+  char name[64] = {0};
+  int fd = -1;
+  if (s->rank == 0) {
+    std::random_device rd;
+    snprintf(name, sizeof(name), "/flagcx-small-%d-%08x", static_cast<int>(getpid()), rd());
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(sm->bytes)) != 0) {
+      close(fd);
+      shm_unlink(name);
+      fd = -1;
+    }
+    if (fd < 0) {
+      INFO(kShm, "rank 0: no block for small collectives (%s): they take the rings", strerror(errno));
+      name[0] = 0;
+    }
+  }
+  FLAGCX_CHECK(bs->bcast(name, sizeof(name), 0));
+  int ok = 0;
+  if (name[0]) {
+    if (s->rank != 0) fd = shm_open(name, O_RDWR, 0600);
+    if (fd >= 0) {
+      void *p = mmap(nullptr, sm->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+      if (p != MAP_FAILED) {
+        sm->base = static_cast<char *>(p);
+        ok = 1;
+      }
+    }
+  }
+  std::vector<int> oks(static_cast<size_t>(s->nranks));
+  oks[static_cast<size_t>(s->rank)] = ok;
+  FLAGCX_CHECK(bs->allgather(oks.data(), sizeof(int)));
+  if (s->rank == 0 && name[0]) shm_unlink(name);  // every rank has mapped it (or failed)
+  for (int v : oks)
+    if (!v) {
+      INFO(kShm, "rank %d: a rank could not map the block for small collectives: they take the "
+           "rings", s->rank);
+      return flagcxSuccess;
+    }
+  INFO(kShm, "rank %d: allreduce and barrier up to %zu bytes through one shared block "
+       "(FLAGCX_SHM_SMALL_BYTES)", s->rank, sm->maxBytes);
+  s->small = std::move(sm);
+  return flagcxSuccess;
+}
+
+size_t smallMaxBytes(const ExecState *s) { return s->small ? s->small->maxBytes : 0; }
+
+bool smallFits(const ExecState *s, const CollItem &ci) {
+  const SmallShm *sm = s->small.get();
+  if (!sm) return false;
+  const CollArgs &a = ci.a;
+  if (a.op == OpKind::Barrier) return sm->barrier;
+  if (a.op != OpKind::AllReduce || a.count == 0 || !sm->allreduce) return false;
+  if (a.redop < flagcxSum || a.redop > flagcxAvg) return false;
+  size_t ts = dtypeSize(a.dtype);
+  return ts != 0 && a.count <= sm->maxBytes / ts;
+}
+
+namespace {
+
+uint64_t tagOf(const CollItem &ci) {
+  return collTag(ci.seq, ci.a.op, ci.a.dtype, -1, ci.a.op == OpKind::Barrier ? 0 : ci.a.count);
+}
+
+// Waits, with the engine's usual checks, until `ready()` holds: abort, a
+// peer that gave up (its error frame, seen through the Conns), FLAGCX_TIMEOUT.
+// `ready` returns flagcxInProgress while it does not hold.
+flagcxResult_t mismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
+  s->smallNote = {mine, theirs};
+  if (theirs)
+    WARN(kColl, "rank %d: mismatched calls: this rank called %s, rank %d called %s", s->rank,
+         tagText(mine).c_str(), peer, tagText(theirs).c_str());
+  else
+    WARN(kColl, "rank %d: mismatched calls: this rank called %s, rank %d has gone past it "
+         "(it called something else there)", s->rank, tagText(mine).c_str(), peer);
+  return flagcxInvalidUsage;
+}
+
+// Everything that ends a small call early: a peer that gave up (its error
+// frame; sweepPeers), a message waiting on a ring that no call here will
+// receive (a peer called something else earlier: a broadcast with another
+// root, say, which completed on both sides and would have been caught by
+// the rings' next receive), or the block's poison flag.
+flagcxResult_t checkPeers(ExecState *s, const char *what) {
+  FLAGCX_CHECK(sweepPeers(s, what));
+  for (auto &c : *s->env.conns)
+    if (c)
+      if (uint64_t t = c->inboundTag()) return mismatch(s, c->peer(), s->curTag, t);
+  if (s->small->poisoned()->load(std::memory_order_acquire)) {
+    WARN(kColl, "rank %d: %s: a rank of this communicator gave up on an earlier operation",
+         s->rank, what);
+    return flagcxRemoteError;
+  }
+  return flagcxSuccess;
+}
+
+template <class Ready>
+flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
+  for (int i = 0; i < 256; i++) {  // the common case: a few hundred nanoseconds
+    flagcxResult_t r = ready();
+    if (r != flagcxInProgress) return r;
+    __builtin_ia32_pause();
+  }
+  Backoff wait;
+  for (unsigned round = 1;; round++) {
+    flagcxResult_t r = ready();
+    if (r != flagcxInProgress) return r;
+    if (s->aborting) return flagcxRemoteError;
+    if (round % 256 == 0) {
+      FLAGCX_CHECK(checkPeers(s, what));
+      if (wait.expired()) {
+        WARN(kColl, "rank %d: %s: a peer did not arrive within FLAGCX_TIMEOUT=%llds", s->rank,
+             what, static_cast<long long>(paramInt(Param::TIMEOUT)));
+        return flagcxSystemError;
+      }
+    }
+    wait.idle();
+  }
+}
+
+}  // namespace
+
+void smallPoison(ExecState *s) {
+  if (s->small) s->small->poisoned()->store(1, std::memory_order_release);
+}
+
+void smallPublishOrdinary(ExecState *s, const CollItem &ci) {
+  SmallShm *sm = s->small.get();
+  if (!sm) return;
+  Pub *a = sm->lineA(s->rank);
+  // Seqlock order for readers: word, tag, word.
+  a->word.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  a->tag.store(collTag(ci.seq, ci.a.op, ci.a.dtype, opIsRooted(ci.a.op) ? ci.a.root : -1,
+                       ci.a.count),
+               std::memory_order_relaxed);
+  a->word.store(ci.seq + 1, std::memory_order_release);
+}
+
+flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
+  SmallShm *sm = s->small.get();
+  const CollArgs &a = ci.a;
+  const int n = s->nranks, me = s->rank;
+  const int p = static_cast<int>(ci.seq & 1);
+  const uint64_t word = ci.seq + 1, tag = tagOf(ci);
+  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * dtypeSize(a.dtype);
+  s->curTag = tag;
+  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype, -1);
+  const char *what = a.op == OpKind::Barrier ? "barrier (shared block)" : "allreduce (shared block)";
+
+  // 0. Nothing pending from earlier calls (checkPeers).
+  FLAGCX_CHECK(checkPeers(s, what));
+
+  // 1. Every peer has read what this rank last put in slot p.
+  const uint64_t last = sm->lastUse[p];  // 0: never used
+  flagcxResult_t r = waitUntil(s, what, [&] {
+    for (int q = 0; q < n && last; q++) {
+      if (q == me || sm->seen[static_cast<size_t>(q)] > last) continue;
+      sm->seen[static_cast<size_t>(q)] = sm->newest(q);
+      if (sm->seen[static_cast<size_t>(q)] <= last) return flagcxInProgress;
+    }
+    return flagcxSuccess;
+  });
+  if (r != flagcxSuccess) return r;
+
+  // 2. Publish: data, tag, then the word (release).
+  Pub *mine = sm->slot(me, p);
+  if (bytes) memcpy(sm->data(me, p), a.send, bytes);
+  mine->tag.store(tag, std::memory_order_relaxed);
+  mine->word.store(word, std::memory_order_release);
+  sm->lastUse[p] = word;
+
+  // 3. Every peer's slot p holds this call.
+  unsigned polls = 0;
+  uint32_t arrived = 1u << me;
+  const uint32_t everyone = n == 32 ? ~0u : (1u << n) - 1;
+  r = waitUntil(s, what, [&]() -> flagcxResult_t {
+    bool all = true;
+    polls++;
+    for (int q = 0; q < n; q++) {
+      if (arrived & (1u << q)) continue;
+      Pub *ps = sm->slot(q, p);
+      uint64_t w = ps->word.load(std::memory_order_acquire);
+      if (w == word) {
+        uint64_t t = ps->tag.load(std::memory_order_relaxed);
+        if (t != tag) return mismatch(s, q, tag, t);
+        arrived |= 1u << q;
+        if (sm->seen[static_cast<size_t>(q)] < word) sm->seen[static_cast<size_t>(q)] = word;
+        continue;
+      }
+      all = false;
+      if (polls % 16 == 0) {
+        // A peer on the ordinary path at this call or beyond called
+        // something else here.
+        Pub *pa = sm->lineA(q);
+        uint64_t w1 = pa->word.load(std::memory_order_acquire);
+        if (w1 >= word) {
+          uint64_t t = pa->tag.load(std::memory_order_relaxed);
+          std::atomic_thread_fence(std::memory_order_acquire);
+          uint64_t w2 = pa->word.load(std::memory_order_relaxed);
+          return mismatch(s, q, tag, w1 == word && w2 == w1 ? t : 0);
+        }
+      }
+    }
+    return all && arrived == everyone ? flagcxSuccess : flagcxInProgress;
+  });
+  if (r != flagcxSuccess) return r;
+  if (!bytes) return flagcxSuccess;
+
+  // 4. Reduce the slots in rank order: the same bits on every rank.
+  flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
+  FLAGCX_CHECK(hostReduce(a.recv, sm->data(0, p), sm->data(1, p), a.count, a.dtype, op));
+  for (int q = 2; q < n; q++) FLAGCX_CHECK(hostReduce(a.recv, a.recv, sm->data(q, p), a.count, a.dtype, op));
+  if (a.redop == flagcxAvg)
+    FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+  return flagcxSuccess;
+}
+
+}  // namespace flagcx
