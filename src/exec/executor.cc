@@ -140,10 +140,12 @@ flagcxResult_t runCollIn(ExecState *s, CollItem &c) {
     if (smallFits(s, c)) return runSmall(s, c);
     smallPublishOrdinary(s, c);
   }
+  s->ringsUsed = true;
   return runColl(s, c);
 }
 
 flagcxResult_t runP2PIn(ExecState *s, std::vector<P2PItem> &items) {
+  s->ringsUsed = true;
   switch (s->mode) {
     case ExecMode::Host: return runP2P(s, items);
     case ExecMode::Staged: return runP2PStaged(s, items);

@@ -210,9 +210,12 @@ flagcxResult_t mismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) 
 // the rings' next receive), or the block's poison flag.
 flagcxResult_t checkPeers(ExecState *s, const char *what) {
   FLAGCX_CHECK(sweepPeers(s, what));
+  // (A peer that has finished this call may already be sending for a later
+  // one: only a collective's message of this call or an earlier one is wrong.)
   for (auto &c : *s->env.conns)
     if (c)
-      if (uint64_t t = c->inboundTag()) return mismatch(s, c->peer(), s->curTag, t);
+      if (uint64_t t = c->inboundTag(); isCollTag(t) && !laterCall(t, s->curTag))
+        return mismatch(s, c->peer(), s->curTag, t);
   if (s->small->poisoned()->load(std::memory_order_acquire)) {
     WARN(kColl, "rank %d: %s: a rank of this communicator gave up on an earlier operation",
          s->rank, what);
@@ -275,8 +278,8 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype, -1);
   const char *what = a.op == OpKind::Barrier ? "barrier (shared block)" : "allreduce (shared block)";
 
-  // 0. Nothing pending from earlier calls (checkPeers).
-  FLAGCX_CHECK(checkPeers(s, what));
+  // 0. A rank gave up earlier: fail now, naming it (checkPeers).
+  if (sm->poisoned()->load(std::memory_order_acquire)) FLAGCX_CHECK(checkPeers(s, what));
 
   // 1. Every peer has read what this rank last put in slot p.
   const uint64_t last = sm->lastUse[p];  // 0: never used
@@ -332,6 +335,13 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
     return all && arrived == everyone ? flagcxSuccess : flagcxInProgress;
   });
   if (r != flagcxSuccess) return r;
+  // Every peer has now finished its earlier calls, so whatever they sent on
+  // the rings has landed: when this rank used the rings since its last look,
+  // a message still waiting there means a peer called something else.
+  if (s->ringsUsed) {
+    FLAGCX_CHECK(checkPeers(s, what));
+    s->ringsUsed = false;
+  }
   if (!bytes) return flagcxSuccess;
 
   // 4. Reduce the slots in rank order: the same bits on every rank.

@@ -196,6 +196,7 @@ struct ExecState {
   // null when they take the rings.
   std::unique_ptr<SmallShm, SmallShmDeleter> small;
   Conn::Mismatch smallNote;  // the calls named when small.cc found a mismatch
+  bool ringsUsed = true;     // a call went over the rings since small.cc last looked at them
   // Scratch of the stage loop, kept for their capacity.
   std::vector<int> scratchCounts;
   std::vector<char> scratchFlags;
