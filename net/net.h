@@ -53,6 +53,10 @@ class Conn {
   // The tag of a message that has arrived (its header read by progress())
   // and waits for a receive to be posted; 0 when none does.
   virtual uint64_t inboundTag() const { return 0; }
+  // Is the peer still there (its process alive, its end not closed)?  For
+  // callers that wait outside this Conn: progress() looks only while
+  // requests are pending.  An error comes with one log line.
+  virtual flagcxResult_t checkAlive() { return flagcxSuccess; }
 
   static constexpr int kMaxPosted = 256;
 };

@@ -366,6 +366,19 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
   }
 }
 
+flagcxResult_t FramedConn::checkAlive() {
+  if (peerClosed_) return fail(flagcxRemoteError);
+  for (auto &l : lanes_) {
+    flagcxResult_t rc = l.pipe->idleCheck();
+    if (rc != flagcxSuccess) {
+      WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer lost", kind_, desc_.self,
+           desc_.peer, desc_.host.c_str(), desc_.channel);
+      return fail(rc);
+    }
+  }
+  return flagcxSuccess;
+}
+
 flagcxResult_t FramedConn::idle() {
   auto now = Clock::now();
   if (!moveStamped_ || now - lastIdleCall_ > kCallerGap) {

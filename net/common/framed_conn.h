@@ -105,6 +105,7 @@ class FramedConn final : public Conn {
   void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) override;
   uint64_t peerGaveUpOn() const override { return peerGaveUpOn_; }
   uint64_t inboundTag() const override;
+  flagcxResult_t checkAlive() override;
   Mismatch mismatch() const override { return mismatch_; }
 
  private:

@@ -238,6 +238,14 @@ flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
     if (s->aborting) return flagcxRemoteError;
     if (round % 256 == 0) {
       FLAGCX_CHECK(checkPeers(s, what));
+      // A peer that died without a word (killed): the Conns look only while
+      // they have requests pending, and here they have none.
+      for (auto &c : *s->env.conns)
+        if (c && (r = c->checkAlive()) != flagcxSuccess) {
+          std::string cause = lastErrorText();
+          WARN(kColl, "rank %d: %s: rank %d is gone: %s", s->rank, what, c->peer(), cause.c_str());
+          return r;
+        }
       if (wait.expired()) {
         WARN(kColl, "rank %d: %s: a peer did not arrive within FLAGCX_TIMEOUT=%llds", s->rank,
              what, static_cast<long long>(paramInt(Param::TIMEOUT)));

@@ -89,4 +89,35 @@ TEST(SmallShm, InterleavedWithRingCallsStaysRight) {
   }
 }
 
+// A peer that dies (killed: no destructor, no error frame) while this rank
+// waits in a small allreduce: an error long before FLAGCX_TIMEOUT (30 s).
+TEST(SmallShm, DeadPeerFailsTheWaitPromptly) {
+  struct Times {
+    std::atomic<int64_t> ns;
+    std::atomic<int> rc;
+  };
+  Times *sh = harness::sharedBlock<Times>();
+  sh->ns = -1;
+  sh->rc = -1;
+  auto res = harness::run(2, [&](int rank, int n, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+    std::vector<float> in(16, 1.0f), out(16);
+    for (int i = 0; i < 10; i++)
+      RANK_OK(flagcxAllReduce(in.data(), out.data(), in.size(), flagcxFloat, flagcxSum, comm, nullptr));
+    if (rank == 1) _exit(0);  // gone, as if killed
+    int64_t t0 = harness::nowNs();
+    flagcxResult_t r = flagcxAllReduce(in.data(), out.data(), in.size(), flagcxFloat, flagcxSum, comm, nullptr);
+    sh->ns = harness::nowNs() - t0;
+    sh->rc = r;
+    flagcxCommAbort(comm);
+    return 0;
+  }, {{{"FLAGCX_TIMEOUT", "30"}}}, 60);
+  EXPECT_TRUE(res.ok(0)) << res.failures();
+  EXPECT_NE(sh->rc.load(), static_cast<int>(flagcxSuccess));
+  EXPECT_GE(sh->ns.load(), 0);
+  EXPECT_LT(static_cast<double>(sh->ns.load()) / 1e9, 10.0) << "the dead peer was noticed only at the timeout";
+  harness::freeShared(sh);
+}
+
 }  // namespace
