@@ -57,7 +57,6 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr size_t kHeader = 16;  // word + tag before a slot's data
 constexpr int kMaxRanks = 16;   // one-shot: every rank reads every slot
-constexpr uint32_t kTagName = 0x736d6c01;  // bootstrap tag "sml" 1
 
 struct Pub {
   std::atomic<uint64_t> word;
@@ -106,58 +105,69 @@ struct SmallShm {
 void SmallShmDeleter::operator()(SmallShm *p) const { delete p; }
 
 flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
-  int64_t maxBytes = paramInt(Param::SHM_SMALL_BYTES);
-  // The same inputs on every rank (the transports' choice is collective),
-  // so every rank takes the same branch.
-  if (!sameHostShm || s->mode != ExecMode::Host || maxBytes <= 0 || s->nranks < 2 ||
-      s->nranks > kMaxRanks)
+  // Whether to use a block at all depends only on what every rank shares
+  // (the transports' choice is collective); its shape is rank 0's settings,
+  // sent with the block's name, so that ranks started with different
+  // FLAGCX_SHM_SMALL_BYTES or FLAGCX_ALGO still agree on the layout and on
+  // which calls take it.
+  if (!sameHostShm || s->mode != ExecMode::Host || s->nranks < 2 || s->nranks > kMaxRanks)
     return flagcxSuccess;
+  struct Shape {
+    char name[64];
+    int64_t maxBytes;
+    int32_t allreduce, barrier;
+  } shape{};
+  Bootstrap *bs = s->env.bs;
+  int fd = -1;
   auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
+  if (s->rank == 0) {
+    shape.maxBytes = paramInt(Param::SHM_SMALL_BYTES);
+    // An algorithm forced by FLAGCX_ALGO ("allreduce:ring") is what the
+    // user asked for: those calls keep their schedule.
+    const std::string &forced = paramStr(Param::ALGO);
+    shape.allreduce = forced.find("allreduce:") == std::string::npos;
+    shape.barrier = forced.find("barrier:") == std::string::npos;
+    size_t bytes = kLine + (kLine + 2 * roundUp(kHeader + static_cast<size_t>(shape.maxBytes), kLine)) *
+                               static_cast<size_t>(s->nranks);
+    if (shape.maxBytes > 0) {
+      std::random_device rd;
+      snprintf(shape.name, sizeof(shape.name), "/flagcx-small-%d-%08x", static_cast<int>(getpid()), rd());
+      fd = shm_open(shape.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+        close(fd);
+        shm_unlink(shape.name);
+        fd = -1;
+      }
+      if (fd < 0) {
+        INFO(kShm, "rank 0: no block for small collectives (%s): they take the rings", strerror(errno));
+        shape.name[0] = 0;
+      }
+    }
+  }
+  FLAGCX_CHECK(bs->bcast(&shape, sizeof(shape), 0));
+  if (!shape.name[0]) return flagcxSuccess;  // off (FLAGCX_SHM_SMALL_BYTES=0 at rank 0) or failed
   sm->nranks = s->nranks;
-  sm->maxBytes = static_cast<size_t>(maxBytes);
+  sm->maxBytes = static_cast<size_t>(shape.maxBytes);
+  sm->allreduce = shape.allreduce != 0;
+  sm->barrier = shape.barrier != 0;
   sm->slotStride = roundUp(kHeader + sm->maxBytes, kLine);
   sm->rankStride = kLine + 2 * sm->slotStride;
   sm->bytes = kLine + sm->rankStride * static_cast<size_t>(s->nranks);
   sm->seen.assign(static_cast<size_t>(s->nranks), 0);
-  // An algorithm forced by FLAGCX_ALGO ("allreduce:ring") is what the user
-  // asked for: those calls keep their schedule.
-  std::string forced = paramStr(Param::ALGO);
-  sm->allreduce = forced.find("allreduce:") == std::string::npos;
-  sm->barrier = forced.find("barrier:") == std::string::npos;
-  Bootstrap *bs = s->env.bs;
-  char name[64] = {0};
-  int fd = -1;
-  if (s->rank == 0) {
-    std::random_device rd;
-    snprintf(name, sizeof(name), "/flagcx-small-%d-%08x", static_cast<int>(getpid()), rd());
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(sm->bytes)) != 0) {
-      close(fd);
-      shm_unlink(name);
-      fd = -1;
-    }
-    if (fd < 0) {
-      INFO(kShm, "rank 0: no block for small collectives (%s): they take the rings", strerror(errno));
-      name[0] = 0;
-    }
-  }
-  FLAGCX_CHECK(bs->bcast(name, sizeof(name), 0));
   int ok = 0;
-  if (name[0]) {
-    if (s->rank != 0) fd = shm_open(name, O_RDWR, 0600);
-    if (fd >= 0) {
-      void *p = mmap(nullptr, sm->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      close(fd);
-      if (p != MAP_FAILED) {
-        sm->base = static_cast<char *>(p);
-        ok = 1;
-      }
+  if (s->rank != 0) fd = shm_open(shape.name, O_RDWR, 0600);
+  if (fd >= 0) {
+    void *p = mmap(nullptr, sm->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p != MAP_FAILED) {
+      sm->base = static_cast<char *>(p);
+      ok = 1;
     }
   }
   std::vector<int> oks(static_cast<size_t>(s->nranks));
   oks[static_cast<size_t>(s->rank)] = ok;
   FLAGCX_CHECK(bs->allgather(oks.data(), sizeof(int)));
-  if (s->rank == 0 && name[0]) shm_unlink(name);  // every rank has mapped it (or failed)
+  if (s->rank == 0) shm_unlink(shape.name);  // every rank has mapped it (or failed)
   for (int v : oks)
     if (!v) {
       INFO(kShm, "rank %d: a rank could not map the block for small collectives: they take the "
@@ -189,9 +199,6 @@ uint64_t tagOf(const CollItem &ci) {
   return collTag(ci.seq, ci.a.op, ci.a.dtype, -1, ci.a.op == OpKind::Barrier ? 0 : ci.a.count);
 }
 
-// Waits, with the engine's usual checks, until `ready()` holds: abort, a
-// peer that gave up (its error frame, seen through the Conns), FLAGCX_TIMEOUT.
-// `ready` returns flagcxInProgress while it does not hold.
 flagcxResult_t mismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
   s->smallNote = {mine, theirs};
   if (theirs)
@@ -224,6 +231,9 @@ flagcxResult_t checkPeers(ExecState *s, const char *what) {
   return flagcxSuccess;
 }
 
+// Waits, with the engine's usual checks, until `ready()` holds: abort, a
+// peer that gave up (its error frame, seen through the Conns), FLAGCX_TIMEOUT.
+// `ready` returns flagcxInProgress while it does not hold.
 template <class Ready>
 flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
   for (int i = 0; i < 256; i++) {  // the common case: a few hundred nanoseconds
