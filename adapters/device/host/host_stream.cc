@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -52,25 +53,36 @@ void notifyWaiters(flagcxStream *s) {
 }
 
 // Caller holds s->mu and has set s->running.  Runs entries, in order, until
-// `target` entries are done or the queue is empty.  The mutex is released
-// while an entry runs, so tasks may enqueue (even onto this stream).
+// `target` entries are done or the queue is empty.  Entries are claimed in
+// batches of up to kBatch under the mutex and run with it released, so a
+// caller that keeps enqueueing (a benchmark loop, a training step) and the
+// runner meet on the mutex once per batch, not once per entry; tasks may
+// enqueue (even onto this stream) while they run.  `done` advances after
+// every entry (its readers spin on it); sleepers are woken once per batch.
+constexpr size_t kBatch = 16;
+
 void drainLocked(flagcxStream *s, Lock &lk, uint64_t target) {
+  Entry batch[kBatch];
   while (s->head < s->tail && s->head < target) {
-    Entry e = s->ring[s->head & (s->ring.size() - 1)];
-    s->head++;
+    uint64_t end = std::min(std::min(s->tail, target), s->head + kBatch);
+    size_t k = static_cast<size_t>(end - s->head);
+    for (size_t i = 0; i < k; i++) batch[i] = s->ring[(s->head + i) & (s->ring.size() - 1)];
+    s->head = end;
     lk.unlock();
-    flagcxResult_t r = flagcxSuccess;
-    // After a failure the rest is skipped, except event markers: an event
-    // must still complete, or whoever waits for it would hang.
-    if (s->error.load(std::memory_order_relaxed) == flagcxSuccess || e.kind == Entry::EventRecord)
-      r = runEntry(e);
-    lk.lock();
-    if (r != flagcxSuccess && s->error.load(std::memory_order_relaxed) == flagcxSuccess) {
-      s->error.store(r, std::memory_order_relaxed);
-      INFO(kColl, "host stream %p: work failed (%s); later work on it is skipped",
-           static_cast<void *>(s), flagcxGetErrorString(r));
+    for (size_t i = 0; i < k; i++) {
+      const Entry &e = batch[i];
+      flagcxResult_t r = flagcxSuccess;
+      // After a failure the rest is skipped, except event markers: an event
+      // must still complete, or whoever waits for it would hang.
+      if (s->error.load(std::memory_order_relaxed) == flagcxSuccess || e.kind == Entry::EventRecord)
+        r = runEntry(e);
+      int none = flagcxSuccess;
+      if (r != flagcxSuccess && s->error.compare_exchange_strong(none, r, std::memory_order_relaxed))
+        INFO(kColl, "host stream %p: work failed (%s); later work on it is skipped",
+             static_cast<void *>(s), flagcxGetErrorString(r));
+      s->done.store(s->done.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
-    s->done.store(s->done.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    lk.lock();
     notifyWaiters(s);
   }
 }
