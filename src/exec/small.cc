@@ -342,6 +342,11 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
         // something else here.
         Pub *pa = sm->lineA(q);
         uint64_t w1 = pa->word.load(std::memory_order_acquire);
+        // ... unless it published this call in its slot between the two
+        // loads, finished it and went on to an ordinary call: its slot word
+        // was written before line A, so after the acquire above it shows.
+        if (w1 >= word && ps->word.load(std::memory_order_acquire) == word)
+          continue;  // counted on the next poll, its tag checked there
         if (w1 >= word) {
           uint64_t t = pa->tag.load(std::memory_order_relaxed);
           std::atomic_thread_fence(std::memory_order_acquire);
