@@ -366,17 +366,21 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
   }
 }
 
-flagcxResult_t FramedConn::checkAlive() {
-  if (peerClosed_) return fail(flagcxRemoteError);
+flagcxResult_t FramedConn::lanesAlive() {
   for (auto &l : lanes_) {
     flagcxResult_t rc = l.pipe->idleCheck();
     if (rc != flagcxSuccess) {
-      WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer lost", kind_, desc_.self,
-           desc_.peer, desc_.host.c_str(), desc_.channel);
+      WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer lost with %d request(s) pending",
+           kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_);
       return fail(rc);
     }
   }
   return flagcxSuccess;
+}
+
+flagcxResult_t FramedConn::checkAlive() {
+  if (peerClosed_) return fail(flagcxRemoteError);
+  return lanesAlive();
 }
 
 flagcxResult_t FramedConn::idle() {
@@ -388,14 +392,7 @@ flagcxResult_t FramedConn::idle() {
   lastIdleCall_ = now;
   if (now - lastLiveCheck_ >= kLiveCheckEvery) {
     lastLiveCheck_ = now;
-    for (auto &l : lanes_) {
-      flagcxResult_t rc = l.pipe->idleCheck();
-      if (rc != flagcxSuccess) {
-        WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer lost with %d request(s) pending",
-             kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_);
-        return fail(rc);
-      }
-    }
+    FLAGCX_CHECK(lanesAlive());
   }
   if (now - lastMove_ > std::chrono::seconds(timeoutSec_)) {
     WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: no progress for FLAGCX_TIMEOUT=%" PRId64 "s with %d request(s) pending (next send #%" PRIu64 ", next receive #%" PRIu64 ")",

@@ -169,6 +169,7 @@ class FramedConn final : public Conn {
   void freeSlot(int slot);
   flagcxResult_t fail(flagcxResult_t code);
   flagcxResult_t idle();
+  flagcxResult_t lanesAlive();  // every lane's pipe: its peer still there (one WARN if not)
   const char *dirName(Kind k) const { return k == Kind::Send ? "send" : "recv"; }
 
   const char *kind_;

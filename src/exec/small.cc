@@ -30,13 +30,9 @@
 // larger count, another op) publishes its word and tag in line A; a rank
 // waiting here sees that word reach its own sequence number and fails with
 // both tags named; its error frames then release the peer.
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -47,6 +43,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "exec/state.h"
+#include "net/shm/segment.h"
 #include "net/tags.h"
 #include "rendezvous/bootstrap.h"
 
@@ -70,18 +67,22 @@ size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
 struct SmallShm {
-  char *base = nullptr;
-  size_t bytes = 0;
+  std::shared_ptr<Segment> seg;
+  char *base = nullptr;   // seg's mapping
   size_t maxBytes = 0;    // payload of a slot
   size_t slotStride = 0;  // kHeader + maxBytes, in whole lines
   size_t rankStride = 0;  // line A + 2 slots
-  int nranks = 0;
+  size_t bytes = 0;       // the whole block
   bool allreduce = true, barrier = true;  // false where FLAGCX_ALGO forces an algorithm
   uint64_t lastUse[2] = {0, 0};  // word of this rank's last call on each slot
   std::vector<uint64_t> seen;    // [peer]: newest word seen from it
 
-  ~SmallShm() {
-    if (base) munmap(base, bytes);
+  void layout(size_t payload, int nranks) {
+    maxBytes = payload;
+    slotStride = roundUp(kHeader + maxBytes, kLine);
+    rankStride = kLine + 2 * slotStride;
+    bytes = kLine + rankStride * static_cast<size_t>(nranks);
+    seen.assign(static_cast<size_t>(nranks), 0);
   }
   // Set by a rank that gave up on an operation, after its error frames went
   // out on the Conns: the others then fail their next call here too.
@@ -118,7 +119,6 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     int32_t allreduce, barrier;
   } shape{};
   Bootstrap *bs = s->env.bs;
-  int fd = -1;
   auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
   if (s->rank == 0) {
     shape.maxBytes = paramInt(Param::SHM_SMALL_BYTES);
@@ -127,47 +127,25 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     const std::string &forced = paramStr(Param::ALGO);
     shape.allreduce = forced.find("allreduce:") == std::string::npos;
     shape.barrier = forced.find("barrier:") == std::string::npos;
-    size_t bytes = kLine + (kLine + 2 * roundUp(kHeader + static_cast<size_t>(shape.maxBytes), kLine)) *
-                               static_cast<size_t>(s->nranks);
     if (shape.maxBytes > 0) {
+      sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
       std::random_device rd;
       snprintf(shape.name, sizeof(shape.name), "/flagcx-small-%d-%08x", static_cast<int>(getpid()), rd());
-      fd = shm_open(shape.name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-        close(fd);
-        shm_unlink(shape.name);
-        fd = -1;
-      }
-      if (fd < 0) {
-        INFO(kShm, "rank 0: no block for small collectives (%s): they take the rings", strerror(errno));
-        shape.name[0] = 0;
-      }
+      if (Segment::create(shape.name, sm->bytes, &sm->seg) != flagcxSuccess) shape.name[0] = 0;
     }
   }
   FLAGCX_CHECK(bs->bcast(&shape, sizeof(shape), 0));
   if (!shape.name[0]) return flagcxSuccess;  // off (FLAGCX_SHM_SMALL_BYTES=0 at rank 0) or failed
-  sm->nranks = s->nranks;
-  sm->maxBytes = static_cast<size_t>(shape.maxBytes);
+  sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
   sm->allreduce = shape.allreduce != 0;
   sm->barrier = shape.barrier != 0;
-  sm->slotStride = roundUp(kHeader + sm->maxBytes, kLine);
-  sm->rankStride = kLine + 2 * sm->slotStride;
-  sm->bytes = kLine + sm->rankStride * static_cast<size_t>(s->nranks);
-  sm->seen.assign(static_cast<size_t>(s->nranks), 0);
-  int ok = 0;
-  if (s->rank != 0) fd = shm_open(shape.name, O_RDWR, 0600);
-  if (fd >= 0) {
-    void *p = mmap(nullptr, sm->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p != MAP_FAILED) {
-      sm->base = static_cast<char *>(p);
-      ok = 1;
-    }
-  }
+  if (s->rank != 0) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
+  int ok = sm->seg != nullptr;
+  if (ok) sm->base = sm->seg->base();
   std::vector<int> oks(static_cast<size_t>(s->nranks));
   oks[static_cast<size_t>(s->rank)] = ok;
   FLAGCX_CHECK(bs->allgather(oks.data(), sizeof(int)));
-  if (s->rank == 0) shm_unlink(shape.name);  // every rank has mapped it (or failed)
+  if (s->rank == 0) sm->seg->unlink();  // every rank has mapped it (or failed)
   for (int v : oks)
     if (!v) {
       INFO(kShm, "rank %d: a rank could not map the block for small collectives: they take the "
@@ -321,9 +299,8 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   // 3. Every peer's slot p holds this call.
   unsigned polls = 0;
   uint32_t arrived = 1u << me;
-  const uint32_t everyone = n == 32 ? ~0u : (1u << n) - 1;
+  const uint32_t everyone = (1u << n) - 1;  // n <= kMaxRanks
   r = waitUntil(s, what, [&]() -> flagcxResult_t {
-    bool all = true;
     polls++;
     for (int q = 0; q < n; q++) {
       if (arrived & (1u << q)) continue;
@@ -336,7 +313,6 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
         if (sm->seen[static_cast<size_t>(q)] < word) sm->seen[static_cast<size_t>(q)] = word;
         continue;
       }
-      all = false;
       if (polls % 16 == 0) {
         // A peer on the ordinary path at this call or beyond called
         // something else here.
@@ -355,7 +331,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
         }
       }
     }
-    return all && arrived == everyone ? flagcxSuccess : flagcxInProgress;
+    return arrived == everyone ? flagcxSuccess : flagcxInProgress;
   });
   if (r != flagcxSuccess) return r;
   // Every peer has now finished its earlier calls, so whatever they sent on

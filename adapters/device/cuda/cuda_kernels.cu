@@ -128,12 +128,11 @@ struct Identity {
   __device__ T operator()(T x) const { return x; }
 };
 
-// Word types the kernels move: the widest width at which all operands share
-// their offset.  Equal offsets mod 16 (the usual case) give 16-byte vectors;
-// operands that differ by 4 or 8 bytes (a float buffer at +4, say) still move
-// 4- or 8-byte words with enough of them in flight per thread, so the load
-// path is never starved: the element-wise path of an earlier version reached
-// 63 % of the copy rate on an H200 for d+4, a+8, b+0.
+// Word types the word path moves: the widest width at which all operands
+// share their offset.  Equal offsets mod 16 (the usual case) give 16-byte
+// vectors, a shared 8-byte offset 8-byte words; the narrower ones serve the
+// `words` setting (compared in bench_cuda) and operands the realigning path
+// cannot take.
 template <int W>
 struct WordOf;
 template <>
@@ -377,9 +376,6 @@ unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
   return static_cast<unsigned>(want ? want : 1);
 }
 
-// Calls go(V{}, split) with the widest word width W >= sizeof(T) at which the
-// operands are congruent; when none is (operands not even element-aligned to
-// each other) the split is all head: element by element.
 // Which path takes operands that differ modulo 16.  `best`, from the H200
 // measurements in docs/GPU.md: operands sharing an 8-byte offset move in
 // 8-byte words (92 % of the copy rate for f32), the others are realigned
@@ -395,6 +391,9 @@ bool useRealign(const void *p0, const void *p1, const void *p2) {
   }
 }
 
+// Calls go(V{}, split) with the widest word width W >= sizeof(T) at which the
+// operands are congruent; when none is (operands not even element-aligned to
+// each other) the split is all head: element by element.
 template <class T, class Go>
 cudaError_t byWidth(size_t count, const void *p0, const void *p1, const void *p2, Go go) {
   using E = typename WordOf<sizeof(T)>::type;
