@@ -111,8 +111,13 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   // sent with the block's name, so that ranks started with different
   // FLAGCX_SHM_SMALL_BYTES or FLAGCX_ALGO still agree on the layout and on
   // which calls take it.
-  if (!sameHostShm || s->mode != ExecMode::Host || s->nranks < 2 || s->nranks > kMaxRanks)
-    return flagcxSuccess;
+  // Only facts every rank shares decide whether the ranks meet below; a
+  // rank's own mode does not (a communicator of CUDA and host ranks has
+  // both: it once left the host ranks waiting at initialisation for a
+  // broadcast that the CUDA ranks never joined).  A rank that is not in
+  // host mode takes part and votes no.
+  if (!sameHostShm || s->nranks < 2 || s->nranks > kMaxRanks) return flagcxSuccess;
+  const bool hostMode = s->mode == ExecMode::Host;
   struct Shape {
     char name[64];
     int64_t maxBytes;
@@ -127,7 +132,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     const std::string &forced = paramStr(Param::ALGO);
     shape.allreduce = forced.find("allreduce:") == std::string::npos;
     shape.barrier = forced.find("barrier:") == std::string::npos;
-    if (shape.maxBytes > 0) {
+    if (shape.maxBytes > 0 && hostMode) {
       sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
       std::random_device rd;
       snprintf(shape.name, sizeof(shape.name), "/flagcx-small-%d-%08x", static_cast<int>(getpid()), rd());
@@ -139,7 +144,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
   sm->allreduce = shape.allreduce != 0;
   sm->barrier = shape.barrier != 0;
-  if (s->rank != 0) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
+  if (s->rank != 0 && hostMode) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
   int ok = sm->seg != nullptr;
   if (ok) sm->base = sm->seg->base();
   std::vector<int> oks(static_cast<size_t>(s->nranks));
@@ -148,8 +153,8 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   if (s->rank == 0) sm->seg->unlink();  // every rank has mapped it (or failed)
   for (int v : oks)
     if (!v) {
-      INFO(kShm, "rank %d: a rank could not map the block for small collectives: they take the "
-           "rings", s->rank);
+      INFO(kShm, "rank %d: a rank could not map the block for small collectives, or does not "
+           "run in host mode: they take the rings", s->rank);
       return flagcxSuccess;
     }
   INFO(kShm, "rank %d: allreduce and barrier up to %zu bytes through one shared block "
