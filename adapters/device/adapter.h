@@ -49,6 +49,11 @@ class DeviceAdapter {
                               flagcxStream_t stream) = 0;
   // Run `task` in stream order (NULL stream: now, on the calling thread).
   virtual flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) = 0;
+  // Around several enqueues of one thread that must run together (a group of
+  // same-process ranks): an adapter whose enqueue waits for the task may
+  // defer those waits to batchEnd, which returns the first failure.
+  virtual void batchBegin() {}
+  virtual flagcxResult_t batchEnd() { return flagcxSuccess; }
 
   // Direct exchange of device memory between processes of one host (CUDA
   // IPC), used by the executor's direct mode (src/exec/direct.cc).  The host

@@ -44,6 +44,8 @@ X(SHM_BUFFER_SIZE, Int, "4194304", "bytes of each shared-memory ring (one per di
 XCHECK(SHM_BUFFER_SIZE, "65536..1073741824")
 X(IPC_DISABLE, Int, "0", "1: device buffers of same-host ranks go through host staging instead of CUDA IPC")
 XCHECK(IPC_DISABLE, "0..1")
+X(CUDA_STREAM_WAIT, Str, "handoff", "how engine work on a CUDA stream is ordered: handoff (the call returns once the stream's earlier work and the operation are done; always safe), value (cuStreamWaitValue32, asynchronous; can deadlock when CUDA puts a held stream and the engine's stream on one hardware queue), hostfunc")
+XCHECK(CUDA_STREAM_WAIT, "handoff|value|hostfunc")
 X(SHM_PULL, Int, "0", "0: same-host messages always go through the shm ring (faster, see docs/PERFORMANCE.md); 1: messages >= 64 KiB are read straight from the sender's buffer (process_vm_readv)")
 XCHECK(SHM_PULL, "0..1")
 X(SOCKET_NTHREADS, Int, "1", "socket transport: progress threads per peer connection set (FlagCX's -2, auto, means 1)")

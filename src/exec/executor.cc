@@ -234,6 +234,10 @@ flagcxResult_t groupEnd() {
   if (--t_group.depth > 0) return flagcxSuccess;
   vendorGroupEnd();
   flagcxResult_t res = flagcxSuccess;
+  // One adapter per process: its batch lets every job of the group start
+  // before any is waited for (ranks of this process in one group).
+  DeviceAdapter *dev = t_group.jobs.empty() ? nullptr : t_group.jobs.front()->ex->dev;
+  if (dev) dev->batchBegin();
   for (Job *j : t_group.jobs) {
     if (res != flagcxSuccess) {
       returnJob(j);
@@ -242,6 +246,10 @@ flagcxResult_t groupEnd() {
     res = launch(j);
   }
   t_group.jobs.clear();
+  if (dev) {
+    flagcxResult_t r = dev->batchEnd();
+    if (res == flagcxSuccess) res = r;
+  }
   return res;
 }
 

@@ -3,9 +3,12 @@
 //
 //   bench_engine [nranks] [maxMiB]        (default 2 ranks, 1024 MiB; exit 77 without a GPU)
 //
-// Three passes, each with its own communicator:
+// Passes, each with its own communicator:
 //   direct  - the default on one host: payloads move GPU to GPU by CUDA IPC
-//             (FLAGCX_USE_HETERO_COMM=1 keeps NCCL out of the way);
+//             (FLAGCX_USE_HETERO_COMM=1 keeps NCCL out of the way); each call
+//             returns once it is done (FLAGCX_CUDA_STREAM_WAIT=handoff);
+//   direct-value - the same with the user's stream held by
+//             cuStreamWaitValue32 (asynchronous calls; FLAGCX_CUDA_STREAM_WAIT=value);
 //   direct, host-function waits - the same, but the user's stream is held by
 //             a blocking cudaLaunchHostFunc instead of cuStreamWaitValue32 (a
 //             stream spinning on a wait keeps its context busy: with ranks
@@ -46,32 +49,18 @@
 
 namespace {
 
-double nowSec() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using gputest::copyUs;
+using gputest::nowSec;
 
 struct Row {
   size_t bytes;
   double us, copyUs;
 };
 
-// Copy baselines on this rank's GPU (rank 0, while the other ranks wait).
-double copyUs(void *dst, void *src, size_t bytes, cudaMemcpyKind kind, int iters) {
-  cudaStream_t s;
-  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  for (int i = 0; i < 2; i++) cudaMemcpyAsync(dst, src, bytes, kind, s);
-  cudaStreamSynchronize(s);
-  double t0 = nowSec();
-  for (int i = 0; i < iters; i++) cudaMemcpyAsync(dst, src, bytes, kind, s);
-  cudaStreamSynchronize(s);
-  double t = (nowSec() - t0) / iters * 1e6;
-  cudaStreamDestroy(s);
-  return t;
-}
 
-enum Pass { kDirect, kDirectHostFunc, kHost, kHostShm, kStaged, kStagedShm, kPasses };
+enum Pass { kDirect, kDirectValue, kDirectHostFunc, kHost, kHostShm, kStaged, kStagedShm, kPasses };
 const char *passName(int p) {
-  static const char *names[] = {"direct", "direct-hostfunc", "host", "host-shm", "staged", "staged-shm"};
+  static const char *names[] = {"direct", "direct-value", "direct-hostfunc", "host", "host-shm", "staged", "staged-shm"};
   return names[p];
 }
 bool isStaged(int p) { return p == kStaged || p == kStagedShm; }
@@ -83,6 +72,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, size_t maxBytes, int pass
   setenv("FLAGCX_DEVICE", host ? "host" : "cuda", 1);
   flagcx::paramsReload();
   if (pass == kDirectHostFunc) flagcx::cuda::forceWaitMode(flagcx::cuda::WaitMode::HostFunc);
+  if (pass == kDirectValue) flagcx::cuda::forceWaitMode(flagcx::cuda::WaitMode::StreamWaitValue);
   flagcxDeviceHandle_t h;
   RANK_OK(flagcxDeviceHandleInit(&h));
   int ngpu = 0;
@@ -261,7 +251,8 @@ int main(int argc, char **argv) {
       }
     } else if (!staged) {
       printf("\n## %s (CUDA IPC, device to device%s)\n", passName(pass),
-             pass == kDirectHostFunc ? ", streams held by host functions" : "");
+             pass == kDirectHostFunc ? ", streams held by host functions"
+             : pass == kDirectValue ? ", streams held by cuStreamWaitValue32" : ", hand-off");
       printf("%10s %12s %12s %12s %14s %14s %8s\n", "bytes", "time(us)", "algbw GB/s", "busbw GB/s",
              "d2d copy GB/s", "bound busbw", "ratio");
       for (const Row &w : rows) {

@@ -4,10 +4,12 @@
 // or CUDA sees no device: skip, exit 77) and a GPU whose CUDA adapter does
 // not work (a driver/runtime error: a failure, exit 1).
 #pragma once
+#include <cuda_runtime_api.h>
 #include <glob.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -22,6 +24,25 @@ const char *unusableReason();
 }  // namespace flagcx
 
 namespace gputest {
+
+inline double nowSec() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A copy baseline on the current GPU: µs per cudaMemcpyAsync of `bytes` on a
+// fresh non-blocking stream, after two warm-up copies, waited for.
+inline double copyUs(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int iters) {
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  for (int i = 0; i < 2; i++) cudaMemcpyAsync(dst, src, bytes, kind, s);
+  cudaStreamSynchronize(s);
+  double t0 = nowSec();
+  for (int i = 0; i < iters; i++) cudaMemcpyAsync(dst, src, bytes, kind, s);
+  cudaStreamSynchronize(s);
+  double t = (nowSec() - t0) / iters * 1e6;
+  cudaStreamDestroy(s);
+  return t;
+}
 
 constexpr int kSkip = 77;  // meson: test skipped
 

@@ -390,11 +390,18 @@ void orderingCase(cuda::WaitMode mode) {
   auto t0 = std::chrono::steady_clock::now();
   OK(A()->enqueue(s, StreamTask{Check::run, &c}));
   double enqMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(enqMs, 100.0) << "enqueue blocked the caller";
+  const bool handOff = mode == cuda::WaitMode::HandOff;
+  if (handOff) {
+    // The call returns once the stream's earlier work (the 300 ms gate) and the task are done.
+    EXPECT_GE(enqMs, 250.0) << "hand-off: enqueue returned before the stream's earlier work";
+    EXPECT_EQ(c.ran.load(), 1) << "hand-off: enqueue returned before the task ran";
+  } else {
+    EXPECT_LT(enqMs, 100.0) << "enqueue blocked the caller";
+  }
   // GPU work after the task must see the task's write.
   OK(A()->copy(d + 1, d, sizeof(int), s));
   OK(H()->deviceMemcpy(pinned + 1, d, sizeof(int) * 2, flagcxMemcpyDeviceToHost, s));
-  EXPECT_EQ(c.ran.load(), 0) << "the task ran before its inputs were ready";
+  if (!handOff) EXPECT_EQ(c.ran.load(), 0) << "the task ran before its inputs were ready";
   OK(H()->streamSynchronize(s));
   EXPECT_EQ(c.ran.load(), 1);
   EXPECT_EQ(c.sawBefore.load(), 7);
@@ -403,15 +410,21 @@ void orderingCase(cuda::WaitMode mode) {
   OK(H()->deviceFree(pinned, flagcxMemHost, nullptr));
   OK(H()->deviceFree(d, flagcxMemDevice, nullptr));
   OK(H()->streamDestroy(s));
-  printf("mode %s: enqueue returned in %.3f ms while the stream was held\n",
-         mode == cuda::WaitMode::HostFunc ? "host-func" : "stream-wait-value", enqMs);
+  printf("mode %s: enqueue returned in %.3f ms (the stream was held for 300 ms)\n",
+         handOff ? "hand-off" : mode == cuda::WaitMode::HostFunc ? "host-func" : "stream-wait-value", enqMs);
   cuda::forceWaitMode(cuda::WaitMode::Auto);
 }
 
-TEST(CudaEnqueue, OrderingStreamWaitValue) {
+TEST(CudaEnqueue, OrderingHandOff) {
   cuda::forceWaitMode(cuda::WaitMode::Auto);
+  EXPECT_STREQ(cuda::waitModeName(), "hand-off") << "the default mechanism";
+  orderingCase(cuda::WaitMode::HandOff);
+}
+
+TEST(CudaEnqueue, OrderingStreamWaitValue) {
+  cuda::forceWaitMode(cuda::WaitMode::StreamWaitValue);
   if (strcmp(cuda::waitModeName(), "stream-wait-value") != 0)
-    GTEST_SKIP() << "cuStreamWaitValue32 is not usable here: the adapter uses host functions";
+    GTEST_SKIP() << "cuStreamWaitValue32 is not available here";
   orderingCase(cuda::WaitMode::StreamWaitValue);
 }
 
@@ -493,7 +506,10 @@ TEST(CudaEnqueue, FailureIsStickyAndStreamNeverHangs) {
   flagcxStream_t s;
   OK(H()->streamCreate(&s));
   std::atomic<int> hits{0};
-  OK(A()->enqueue(s, StreamTask{failTask, nullptr}));
+  // Hand-off (the default) returns the task's failure from the call too.
+  flagcxResult_t r = A()->enqueue(s, StreamTask{failTask, nullptr});
+  if (strcmp(cuda::waitModeName(), "hand-off") == 0) EXPECT_EQ(r, flagcxRemoteError);
+  else OK(r);
   OK(A()->enqueue(s, StreamTask{nopTask, &hits}));
   EXPECT_EQ(H()->streamSynchronize(s), flagcxRemoteError);
   EXPECT_EQ(hits.load(), 1);

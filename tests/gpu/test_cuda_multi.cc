@@ -4,13 +4,16 @@
 //
 // This process never initializes CUDA (it would not survive fork): every
 // CUDA call happens in forked ranks.  Exits 77 (skipped) without a usable GPU.
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/common/harness.h"
@@ -347,6 +350,117 @@ TEST(CudaComm, EngineDeviceBuffersSharedGpu) {
     }
   }
   unsetenv("FLAGCX_IPC_DISABLE");
+}
+
+// The stream pattern of torch's process groups: the caller's work is on the
+// legacy default stream; the collective runs on a non-blocking stream of the
+// caller's (streamCopy) ordered after it by an event; the legacy stream then
+// waits for the collective (an event) and the caller queues more legacy work
+// right away.  Buffers are slices of one
+// cudaMalloc block, as the caching allocator hands them out; the first op is
+// a small in-place int8 allreduce, as in test_ops.py.  A hang is a deadlock
+// between the engine's device work and the caller's streams.
+int torchStyleRank(int rank, int nranks, flagcxUniqueId *id) {
+  setDeviceEnv("cuda");
+  flagcxDeviceHandle_t h;
+  RANK_OK(flagcxDeviceHandleInit(&h));
+  RANK_OK(h->setDevice(0));
+  flagcxComm_t comm;
+  RANK_OK(flagcxCommInitRank(&comm, nranks, id, rank));
+  RANK_CHECK(!comm->ccl, "expected the engine");
+  cudaStream_t side = nullptr;
+  RANK_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  flagcxStream_t fs;
+  RANK_OK(h->streamCopy(&fs, side));
+  char *block = nullptr;
+  const size_t blockBytes = 8 << 20;
+  RANK_CHECK(cudaMalloc(reinterpret_cast<void **>(&block), blockBytes) == cudaSuccess, "cudaMalloc");
+  cudaEvent_t before, after;
+  RANK_CHECK(cudaEventCreateWithFlags(&before, cudaEventDisableTiming) == cudaSuccess, "event");
+  RANK_CHECK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming) == cudaSuccess, "event");
+  struct Case {
+    flagcxDataType_t dt;
+    size_t count, offset, esize;
+  };
+  const Case cases[] = {{flagcxInt8, 1000, 512, 1}, {flagcxFloat32, 7, 4096, 4},
+                        {flagcxFloat32, (1 << 20) + 5, 1 << 20, 4}, {flagcxInt8, 1000, 512, 1}};
+  // Pinned, so that the copy back is asynchronous (a pageable one would
+  // block this thread instead of the poll below).
+  char *got = nullptr;
+  RANK_CHECK(cudaMallocHost(reinterpret_cast<void **>(&got), 8 << 20) == cudaSuccess, "cudaMallocHost");
+  int round = 0;
+  for (const Case &c : cases) {
+    round++;
+    char *buf = block + c.offset;
+    size_t bytes = c.count * c.esize;
+    std::vector<char> host(bytes);
+    if (c.dt == flagcxInt8) {
+      for (size_t i = 0; i < c.count; i++) host[i] = static_cast<char>(i % 5 + rank);
+    } else {
+      for (size_t i = 0; i < c.count; i++) {
+        float v = static_cast<float>(i % 5 + rank);
+        memcpy(&host[i * 4], &v, 4);
+      }
+    }
+    // Legacy stream: fill; the side stream waits for it; the collective.
+    RANK_CHECK(cudaMemcpyAsync(buf, host.data(), bytes, cudaMemcpyHostToDevice, cudaStreamLegacy) ==
+                   cudaSuccess, "fill");
+    RANK_CHECK(cudaEventRecord(before, cudaStreamLegacy) == cudaSuccess, "record");
+    RANK_CHECK(cudaStreamWaitEvent(side, before, 0) == cudaSuccess, "wait event");
+    RANK_OK(flagcxAllReduce(buf, buf, c.count, c.dt, flagcxSum, comm, fs));
+    RANK_CHECK(cudaEventRecord(after, side) == cudaSuccess, "record");
+    RANK_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, after, 0) == cudaSuccess, "wait event");
+    // More legacy work before the collective can have run: a memset of
+    // another slice, then the copy back.
+    RANK_CHECK(cudaMemsetAsync(block + (6 << 20), round, 4096, cudaStreamLegacy) == cudaSuccess, "memset");
+    RANK_CHECK(cudaMemcpyAsync(got, buf, bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy) ==
+                   cudaSuccess, "copy back");
+    auto t0 = std::chrono::steady_clock::now();
+    cudaError_t q;
+    while ((q = cudaStreamQuery(cudaStreamLegacy)) == cudaErrorNotReady) {
+      RANK_CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30),
+                 "round %d (%zu elements): the legacy stream did not finish within 30 s after the "
+                 "collective: the engine and the caller's legacy-stream work wait on each other", round,
+                 c.count);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    RANK_CHECK(q == cudaSuccess, "legacy stream: %s", cudaGetErrorString(q));
+    const int n = nranks, tri = n * (n - 1) / 2;
+    for (size_t i = 0; i < c.count; i++) {
+      double want = static_cast<double>(static_cast<int>(i % 5) * n + tri), g;
+      if (c.dt == flagcxInt8) {
+        g = static_cast<signed char>(got[i]);
+      } else {
+        float f;
+        memcpy(&f, &got[i * 4], 4);
+        g = f;
+      }
+      RANK_CHECK(g == want, "round %d: element %zu is %g, want %g", round, i, g, want);
+    }
+  }
+  RANK_OK(h->streamFree(fs));
+  cudaFreeHost(got);
+  cudaStreamDestroy(side);
+  cudaFree(block);
+  RANK_OK(flagcxCommDestroy(comm));
+  RANK_OK(flagcxDeviceHandleFree(h));
+  return 0;
+}
+
+// CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream of a process on one
+// hardware queue: with the user's stream held by cuStreamWaitValue32 (the
+// former default) every call deadlocked there, as the 5th call under torch did.
+TEST(CudaComm, EngineTorchStyleStreams) {
+  struct Case {
+    const char *ipcOff, *connections;
+  };
+  for (Case c : {Case{"0", "8"}, Case{"1", "8"}, Case{"0", "1"}, Case{"1", "1"}}) {
+    harness::Result r = harness::run(2, torchStyleRank,
+        {{{"FLAGCX_USE_HETERO_COMM", "1"}, {"FLAGCX_IPC_DISABLE", c.ipcOff}, {"CUDA_VISIBLE_DEVICES", "0"},
+          {"CUDA_DEVICE_MAX_CONNECTIONS", c.connections}, {"FLAGCX_TIMEOUT", "40"}}}, 90);
+    EXPECT_TRUE(r.allOk()) << "FLAGCX_IPC_DISABLE=" << c.ipcOff << " CUDA_DEVICE_MAX_CONNECTIONS="
+                           << c.connections << ": " << r.describe();
+  }
 }
 
 // 2 CUDA ranks + 2 host ranks in one communicator, host buffers.

@@ -26,6 +26,8 @@
 
 #include "adapters/device/adapter.h"
 #include "adapters/device/handle_checks.h"
+#include "base/backoff.h"
+#include "base/params.h"
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 
@@ -273,6 +275,8 @@ class CudaAdapter final : public DeviceAdapter {
   flagcxResult_t enqueue(flagcxStream_t stream, StreamTask task) override {
     return enqueueTask(stream, task);
   }
+  void batchBegin() override { cuda::batchBegin(); }
+  flagcxResult_t batchEnd() override { return cuda::batchEnd(); }
   void releaseLane(const void *lane) override { cuda::releaseLane(lane); }
 
   // Direct mode (CUDA IPC between processes of one host).
@@ -432,10 +436,21 @@ class CudaAdapter final : public DeviceAdapter {
                       "memory); got pageable host memory (use a NULL stream to stage it)", fn);
     return flagcxSuccess;
   }
+  // Waits for the internal stream, bounded by FLAGCX_TIMEOUT: a GPU that
+  // never gets there (work stuck behind something this thread waits for) is
+  // an error, not a hang.
   static flagcxResult_t syncInternal(cudaStream_t s, const char *fn) {
-    cudaError_t e = cudaStreamSynchronize(s);
-    if (e != cudaSuccess) return cudaFail(fn, e);
-    return flagcxSuccess;
+    Backoff bo;
+    for (;;) {
+      cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return flagcxSuccess;
+      if (e != cudaErrorNotReady) return cudaFail(fn, e);
+      if (bo.expired())
+        return argError(flagcxUnhandledDeviceError, kColl, "%s: the engine's device work did not "
+                        "finish within FLAGCX_TIMEOUT (%lld s)", fn,
+                        static_cast<long long>(paramInt(Param::TIMEOUT)));
+      bo.idle();
+    }
   }
 };
 

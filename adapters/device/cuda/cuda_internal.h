@@ -73,6 +73,15 @@ inline flagcxEvent_t toHandle(Event *e) { return reinterpret_cast<flagcxEvent_t>
 void registerObject(const void *p);
 void unregisterObject(const void *p);
 bool isLive(const void *p);
+#define CHECK_LIVE(fn, p, what)                                                              \
+  do {                                                                                       \
+    if (!::flagcx::cuda::isLive(p))                                                          \
+      return argError(flagcxInvalidArgument, kInit, fn ": %s %p is not a live CUDA " what,   \
+                      what, static_cast<const void *>(p));                                   \
+  } while (0)
+// A stream wrapper's release word (cuda_stream.cc's pool) and its last reference.
+flagcxResult_t takeReleaseWord(Stream *s);
+void unref(Stream *s);
 
 // The native stream behind a flagcx stream; NULL maps to the legacy default stream.
 inline cudaStream_t nativeOf(flagcxStream_t s) { return s ? asStream(s)->native : nullptr; }
@@ -97,12 +106,18 @@ struct Driver {
 const Driver &driver();
 
 // The stream-ordered task engine (cuda_stream.cc).
-enum class WaitMode : int { Auto = 0, StreamWaitValue = 1, HostFunc = 2 };
-// Choose the mechanism before the first enqueue (tests); Auto probes once.
+enum class WaitMode : int { Auto = 0, StreamWaitValue = 1, HostFunc = 2, HandOff = 3 };
+// Choose the mechanism before the first enqueue (tests); Auto follows
+// FLAGCX_CUDA_STREAM_WAIT (default: hand-off).
 void forceWaitMode(WaitMode m);
-// The mechanism in use ("stream-wait-value" or "host-func"), probing if needed.
+// The mechanism in use ("hand-off", "stream-wait-value" or "host-func").
 const char *waitModeName();
 flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task);
+// Hand-off mode: enqueues of this thread between batchBegin and the matching
+// batchEnd run concurrently; batchEnd waits for all of them (a group of
+// several same-process ranks issued from one thread).
+void batchBegin();
+flagcxResult_t batchEnd();
 void releaseLane(const void *lane);  // joins the lane's progress thread
 
 // Streams and events of the device table (cuda_stream.cc).

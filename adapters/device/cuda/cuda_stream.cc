@@ -1,31 +1,48 @@
 // Streams, events, and host work in stream order for the CUDA adapter.
 //
 // enqueueTask(stream, task) must run a host function after everything
-// already queued on the user's CUDA stream, and hold back everything queued
-// after it, without blocking the caller.  Design:
+// already queued on the user's CUDA stream and before everything queued on
+// it afterwards.  Three mechanisms (FLAGCX_CUDA_STREAM_WAIT):
 //
-//   caller thread                      progress thread (one per process)
-//   -------------                      ---------------------------------
+// handoff (default):
+//   caller thread                      progress thread (one per lane)
+//   -------------                      ------------------------------
 //   cudaEventRecord(ready, s)
-//   cuStreamWaitValue32(s, flag >= k)  pop item (FIFO over all streams)
-//   push {ready, task, k}  ----------> cudaEventSynchronize(ready)
-//   return                             task.run(arg)
-//                                      *flag = k   (host-mapped word: releases s)
+//   push {ready, task, done} --------> cudaEventSynchronize(ready)
+//   wait for done                      task.run(arg)   (device work on the
+//                                      cudaEventRecord(after, internal)   internal stream)
+//   cudaStreamWaitEvent(s, after) <--- done
+//   return
+// The call blocks until the stream's earlier work and the task are done;
+// every dependency the GPU sees is an ordinary event, recorded before
+// anything waits on it.  Between batchBegin and batchEnd (a flagcx group)
+// the caller pushes every task first and waits for all of them at batchEnd,
+// so several ranks of one process issued from one thread run together.
 //
+// value (asynchronous):
+//   cudaEventRecord(ready, s)
+//   cuStreamWaitValue32(s, flag >= k)  pop item; cudaEventSynchronize(ready)
+//   push {ready, task, k}; return      task.run(arg); *flag = k (releases s)
+// The hold on `s` is invisible to CUDA's scheduler, and the task's own device
+// work is queued later on another stream.  When CUDA maps that stream and a
+// held stream (or a stream waiting on it) onto one hardware queue — more
+// streams than CUDA_DEVICE_MAX_CONNECTIONS, as under PyTorch — the task's
+// work sits behind the hold and nothing moves: measured on an H200 with
+// CUDA_DEVICE_MAX_CONNECTIONS=1 (every call) and under torch (the 5th call).
+// Kept for programs that know their streams; never the default.
 // `flag` is one 32-bit word of pinned, device-mapped host memory per stream
 // wrapper; k counts the tasks of that wrapper, and the wait uses the driver's
-// cyclic ">=" compare, so wrap-around is harmless.  cudaStreamSynchronize(s)
-// is the only wait a user needs.  The progress thread never calls anything
-// that synchronizes the device or the legacy default stream (cudaFree,
-// cudaFreeHost, cudaMemcpy): a held user stream would deadlock it.  Its own
-// "now" work goes through a non-blocking internal stream.
+// cyclic ">=" compare, so wrap-around is harmless.
 //
-// Fallback (driver without stream memory operations, or they do not work on
-// this platform, found by a one-time probe): cudaLaunchHostFunc(s, hold).
-// `hold` runs on the CUDA callback thread when s reaches it, hands the task
-// to the progress thread and blocks until the task is done (host functions
-// may not call CUDA themselves, the progress thread can).  This blocks
-// CUDA's callback thread for the duration of the task.
+// hostfunc: cudaLaunchHostFunc(s, hold).  `hold` runs on the CUDA callback
+// thread when s reaches it, hands the task to the progress thread and blocks
+// until the task is done.  Same hazard as `value`, and it blocks CUDA's
+// callback thread meanwhile.  Also the fallback of `value` where stream
+// memory operations do not work (a one-time probe).
+//
+// The progress thread never calls anything that synchronizes the device or
+// the legacy default stream (cudaFree, cudaFreeHost, cudaMemcpy); its own
+// "now" work goes through a non-blocking internal stream.
 //
 // Back-pressure: at most kMaxPending tasks per stream are queued; enqueue
 // waits beyond that.  Without it a deep queue fills CUDA's launch queue, the
@@ -41,23 +58,22 @@
 // refused with flagcxInvalidUsage: a captured wait on a host word would be
 // replayed without the host task behind it.
 #include <condition_variable>
+#include <strings.h>
+
 #include <cstring>
 #include <deque>
+#include <string>
 #include <thread>
 #include <memory>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "adapters/device/handle_checks.h"
+#include "base/params.h"
 #include "cuda_internal.h"
 
 namespace flagcx::cuda {
 namespace {
-
-// ---- registry of live stream/event wrappers ----
-std::mutex g_regMu;
-std::unordered_set<const void *> g_live;
 
 // Tasks queued per stream before enqueue waits (see enqueueTask).
 constexpr int kMaxPending = 128;
@@ -112,10 +128,16 @@ void deleteStream(Stream *s) {
   delete s;
 }
 
+}  // namespace
+
 // Drop one reference; the last one frees the wrapper.
 void unref(Stream *s) {
   if (s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) deleteStream(s);
 }
+
+flagcxResult_t takeReleaseWord(Stream *s) { return flagPool().take(s); }
+
+namespace {
 
 // A task was released: no lock here (see Stream::refs).
 void finishPending(Stream *s) {
@@ -136,12 +158,21 @@ struct HostHold {  // fallback mode: one per task
   bool ready = false, done = false;
 };
 
+struct Done {  // hand-off mode: one per task
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  flagcxResult_t result = flagcxSuccess;
+  cudaEvent_t after = nullptr;  // recorded on the internal stream after the task
+};
+
 struct Item {
   Stream *s;
   StreamTask task;
-  cudaEvent_t ready;  // StreamWaitValue mode
+  cudaEvent_t ready;  // StreamWaitValue and hand-off modes
   uint32_t value;
   HostHold *hold;     // HostFunc mode
+  Done *done;         // hand-off mode
 };
 
 class Progress {
@@ -205,6 +236,10 @@ class Progress {
         runHeld(it);
         continue;
       }
+      if (it.done) {
+        runHandOff(it);
+        continue;
+      }
       flagcxResult_t r = flagcxSuccess;
       cudaError_t e = cudaEventSynchronize(it.ready);
       if (e != cudaSuccess)
@@ -219,6 +254,25 @@ class Progress {
       giveEvent(s->device, it.ready);
       finishPending(s);
     }
+  }
+
+  void runHandOff(const Item &it) {
+    Done *d = it.done;
+    flagcxResult_t r = flagcxSuccess;
+    cudaError_t e = cudaEventSynchronize(it.ready);
+    if (e != cudaSuccess) r = cudaFail("cudaEventSynchronize (inputs of a stream task)", e);
+    else r = it.task.run(it.task.arg);
+    e = cudaEventRecord(d->after, internalStream(it.s->device));
+    if (e != cudaSuccess && r == flagcxSuccess) r = cudaFail("cudaEventRecord (after a stream task)", e);
+    noteError(it.s, r);
+    giveEvent(it.s->device, it.ready);
+    {
+      std::lock_guard<std::mutex> g(d->mu);
+      d->result = r;
+      d->done = true;
+      d->cv.notify_all();
+    }
+    finishPending(it.s);
   }
 
   void runHeld(const Item &it) {
@@ -324,20 +378,51 @@ WaitMode probed() {
   return m;
 }
 
+// FLAGCX_CUDA_STREAM_WAIT, read when asked (tests reload the parameters).
+WaitMode configured() {
+  const std::string &v = paramStr(Param::CUDA_STREAM_WAIT);
+  if (strcasecmp(v.c_str(), "value") == 0) return probed();
+  if (strcasecmp(v.c_str(), "hostfunc") == 0) return WaitMode::HostFunc;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    INFO(kInit, "cuda: stream-ordered host work by hand-off (the call waits for the stream's "
+         "earlier work and the operation; FLAGCX_CUDA_STREAM_WAIT)");
+  return WaitMode::HandOff;
+}
+
 WaitMode mode() {
   int f = g_forced.load(std::memory_order_acquire);
   if (f == static_cast<int>(WaitMode::StreamWaitValue) && driver().streamWaitValue32)
     return WaitMode::StreamWaitValue;
   if (f == static_cast<int>(WaitMode::HostFunc)) return WaitMode::HostFunc;
-  return probed();
+  if (f == static_cast<int>(WaitMode::HandOff)) return WaitMode::HandOff;
+  return configured();
 }
 
-#define CHECK_LIVE(fn, p, what)                                                              \
-  do {                                                                                       \
-    if (!isLive(p))                                                                          \
-      return argError(flagcxInvalidArgument, kInit, fn ": %s %p is not a live CUDA " what,   \
-                      what, static_cast<const void *>(p));                                   \
-  } while (0)
+// Hand-off tasks this thread pushed inside a batch, waited for at its end.
+struct Awaited {
+  Stream *s;
+  Done *d;
+  Progress *pg;
+};
+thread_local int t_batchDepth = 0;
+thread_local std::vector<Awaited> t_awaited;
+
+// Waits for one hand-off task; the stream then waits for the task's device
+// work (an event recorded after it).  Frees d.
+flagcxResult_t awaitTask(const Awaited &a) {
+  Done *d = a.d;
+  {
+    std::unique_lock<std::mutex> lk(d->mu);
+    d->cv.wait(lk, [d] { return d->done; });
+  }
+  flagcxResult_t r = d->result;
+  cudaError_t e = cudaStreamWaitEvent(a.s->native, d->after, 0);
+  if (e != cudaSuccess && r == flagcxSuccess) r = cudaFail("cudaStreamWaitEvent (after a stream task)", e);
+  a.pg->giveEvent(a.s->device, d->after);
+  delete d;
+  return r;
+}
 
 flagcxResult_t refuseCapture(const char *fn, cudaStream_t s) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -350,49 +435,14 @@ flagcxResult_t refuseCapture(const char *fn, cudaStream_t s) {
   return flagcxSuccess;
 }
 
-flagcxResult_t newWrapper(cudaStream_t native, bool owned, flagcxStream_t *out) {
-  auto *s = new (std::nothrow) Stream();
-  if (!s) return argError(flagcxSystemError, kInit, "stream: out of memory");
-  s->native = native;
-  s->owned = owned;
-  s->device = currentDevice();
-  flagcxResult_t r = flagPool().take(s);
-  if (r != flagcxSuccess) {
-    delete s;
-    return r;
-  }
-  registerObject(s);
-  *out = toHandle(s);
-  return flagcxSuccess;
-}
-
-// The user let go of the wrapper; it is freed now or after its last task.
-void retire(Stream *s) {
-  unregisterObject(s);
-  unref(s);
-}
-
 }  // namespace
-
-void registerObject(const void *p) {
-  std::lock_guard<std::mutex> g(g_regMu);
-  g_live.insert(p);
-}
-void unregisterObject(const void *p) {
-  std::lock_guard<std::mutex> g(g_regMu);
-  g_live.erase(p);
-}
-bool isLive(const void *p) {
-  std::lock_guard<std::mutex> g(g_regMu);
-  return g_live.count(p) != 0;
-}
-bool streamValid(flagcxStream_t s) { return !s || isLive(s); }
 
 void forceWaitMode(WaitMode m) { g_forced.store(static_cast<int>(m), std::memory_order_release); }
 
 const char *waitModeName() {
   switch (mode()) {
     case WaitMode::StreamWaitValue: return "stream-wait-value";
+    case WaitMode::HandOff: return "hand-off";
     default: return "host-func";
   }
 }
@@ -414,42 +464,76 @@ flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task) {
   Item it{};
   it.s = s;
   it.task = task;
-  std::lock_guard<std::mutex> g(s->mu);
-  // Back-pressure: each task holds two entries of CUDA's launch queue (event
-  // record + wait); a full queue would block the CUDA calls below until the
-  // progress thread catches up, so keep well under it.
-  for (int spins = 0; s->pending.load(std::memory_order_acquire) >= kMaxPending; spins++) {
-    if (spins < 64) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  if (m == WaitMode::StreamWaitValue) {
-    FLAGCX_CHECK(pg.takeEvent(s->device, &it.ready));
-    cudaError_t e = cudaEventRecord(it.ready, s->native);
-    if (e != cudaSuccess) {
-      pg.giveEvent(s->device, it.ready);
-      return cudaFail("cudaEventRecord (enqueue)", e);
+  Awaited handOff{};
+  {
+    std::lock_guard<std::mutex> g(s->mu);
+    // Back-pressure: each task holds two entries of CUDA's launch queue (event
+    // record + wait); a full queue would block the CUDA calls below until the
+    // progress thread catches up, so keep well under it.
+    for (int spins = 0; s->pending.load(std::memory_order_acquire) >= kMaxPending; spins++) {
+      if (spins < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    it.value = s->issued + 1;
-    CUresult cr = driver().streamWaitValue32(reinterpret_cast<CUstream>(s->native), s->flagDev,
-                                             it.value, CU_STREAM_WAIT_VALUE_GEQ);
-    if (cr != CUDA_SUCCESS)
-      // The event stays recorded and unused; nothing waits on it.
-      return argError(flagcxUnhandledDeviceError, kColl, "enqueue: cuStreamWaitValue32 failed "
-                      "(CUresult %d)", static_cast<int>(cr));
-    s->issued = it.value;
-  } else {
-    it.hold = new (std::nothrow) HostHold();
-    if (!it.hold) return argError(flagcxSystemError, kColl, "enqueue: out of memory");
-    cudaError_t e = cudaLaunchHostFunc(s->native, hold, it.hold);
-    if (e != cudaSuccess) {
-      delete it.hold;
-      return cudaFail("cudaLaunchHostFunc (enqueue)", e);
+    if (m == WaitMode::StreamWaitValue || m == WaitMode::HandOff) {
+      FLAGCX_CHECK(pg.takeEvent(s->device, &it.ready));
+      cudaError_t e = cudaEventRecord(it.ready, s->native);
+      if (e != cudaSuccess) {
+        pg.giveEvent(s->device, it.ready);
+        return cudaFail("cudaEventRecord (enqueue)", e);
+      }
     }
+    if (m == WaitMode::HandOff) {
+      it.done = new (std::nothrow) Done();
+      flagcxResult_t r = it.done ? pg.takeEvent(s->device, &it.done->after)
+                                 : argError(flagcxSystemError, kColl, "enqueue: out of memory");
+      if (r != flagcxSuccess) {
+        delete it.done;
+        pg.giveEvent(s->device, it.ready);  // recorded, never waited on
+        return r;
+      }
+      handOff = Awaited{s, it.done, &pg};
+    } else if (m == WaitMode::StreamWaitValue) {
+      it.value = s->issued + 1;
+      CUresult cr = driver().streamWaitValue32(reinterpret_cast<CUstream>(s->native), s->flagDev,
+                                               it.value, CU_STREAM_WAIT_VALUE_GEQ);
+      if (cr != CUDA_SUCCESS)
+        // The event stays recorded and unused; nothing waits on it.
+        return argError(flagcxUnhandledDeviceError, kColl, "enqueue: cuStreamWaitValue32 failed "
+                        "(CUresult %d)", static_cast<int>(cr));
+      s->issued = it.value;
+    } else {
+      it.hold = new (std::nothrow) HostHold();
+      if (!it.hold) return argError(flagcxSystemError, kColl, "enqueue: out of memory");
+      cudaError_t e = cudaLaunchHostFunc(s->native, hold, it.hold);
+      if (e != cudaSuccess) {
+        delete it.hold;
+        return cudaFail("cudaLaunchHostFunc (enqueue)", e);
+      }
+    }
+    s->pending.fetch_add(1, std::memory_order_acq_rel);
+    s->refs.fetch_add(1, std::memory_order_acq_rel);
+    pg.push(it);
   }
-  s->pending.fetch_add(1, std::memory_order_acq_rel);
-  s->refs.fetch_add(1, std::memory_order_acq_rel);
-  pg.push(it);
-  return flagcxSuccess;
+  if (!handOff.d) return flagcxSuccess;
+  if (t_batchDepth > 0) {
+    t_awaited.push_back(handOff);
+    return flagcxSuccess;
+  }
+  return awaitTask(handOff);
+}
+
+void batchBegin() { t_batchDepth++; }
+
+flagcxResult_t batchEnd() {
+  if (t_batchDepth > 0 && --t_batchDepth > 0) return flagcxSuccess;
+  std::vector<Awaited> all;
+  all.swap(t_awaited);
+  flagcxResult_t res = flagcxSuccess;
+  for (const Awaited &a : all) {
+    flagcxResult_t r = awaitTask(a);
+    if (res == flagcxSuccess) res = r;
+  }
+  return res;
 }
 
 void releaseLane(const void *lane) {
@@ -463,121 +547,6 @@ void releaseLane(const void *lane) {
     g_lanes->erase(it);
   }
   // ~Progress lets the thread finish its queue (empty by contract) and joins it.
-}
-
-// ---- streams ----
-
-flagcxResult_t streamCreate(flagcxStream_t *stream) {
-  if (!stream) return argError(flagcxInvalidArgument, kInit, "streamCreate: stream is NULL");
-  cudaStream_t st = nullptr;
-  FLAGCX_CUDA_TRY("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  flagcxResult_t r = newWrapper(st, true, stream);
-  if (r != flagcxSuccess) cudaStreamDestroy(st);
-  return r;
-}
-
-flagcxResult_t streamDestroy(flagcxStream_t stream) {
-  if (!stream) return flagcxSuccess;
-  CHECK_LIVE("streamDestroy", stream, "stream");
-  Stream *s = asStream(stream);
-  if (!s->owned)
-    return argError(flagcxInvalidUsage, kInit,
-                    "streamDestroy: stream %p wraps a caller's stream (streamCopy); use streamFree",
-                    static_cast<void *>(stream));
-  // CUDA releases the stream once its queued work (our pending waits
-  // included) has completed; the wrapper goes after its last task.
-  cudaError_t e = cudaStreamDestroy(s->native);
-  retire(s);
-  if (e != cudaSuccess) return cudaFail("cudaStreamDestroy", e);
-  return flagcxSuccess;
-}
-
-flagcxResult_t streamCopy(flagcxStream_t *newStream, void *oldStream) {
-  if (!newStream) return argError(flagcxInvalidArgument, kInit, "streamCopy: newStream is NULL");
-  return newWrapper(static_cast<cudaStream_t>(oldStream), false, newStream);
-}
-
-flagcxResult_t streamFree(flagcxStream_t stream) {
-  if (!stream) return flagcxSuccess;
-  CHECK_LIVE("streamFree", stream, "stream");
-  Stream *s = asStream(stream);
-  if (s->owned)
-    return argError(flagcxInvalidUsage, kInit,
-                    "streamFree: stream %p was made by streamCreate (use streamDestroy)",
-                    static_cast<void *>(stream));
-  retire(s);  // the native stream is the caller's
-  return flagcxSuccess;
-}
-
-flagcxResult_t streamSynchronize(flagcxStream_t stream) {
-  if (stream) CHECK_LIVE("streamSynchronize", stream, "stream");
-  FLAGCX_CUDA_TRY("cudaStreamSynchronize", cudaStreamSynchronize(nativeOf(stream)));
-  return stream ? static_cast<flagcxResult_t>(asStream(stream)->error.load()) : flagcxSuccess;
-}
-
-flagcxResult_t streamQuery(flagcxStream_t stream) {
-  if (stream) CHECK_LIVE("streamQuery", stream, "stream");
-  cudaError_t e = cudaStreamQuery(nativeOf(stream));
-  if (e == cudaErrorNotReady) return flagcxInProgress;
-  if (e != cudaSuccess) return cudaFail("cudaStreamQuery", e);
-  return stream ? static_cast<flagcxResult_t>(asStream(stream)->error.load()) : flagcxSuccess;
-}
-
-flagcxResult_t streamWaitEvent(flagcxStream_t stream, flagcxEvent_t event) {
-  CHECK_LIVE("streamWaitEvent", event, "event");
-  if (stream) CHECK_LIVE("streamWaitEvent", stream, "stream");
-  FLAGCX_CUDA_TRY("cudaStreamWaitEvent", cudaStreamWaitEvent(nativeOf(stream), asEvent(event)->ev, 0));
-  return flagcxSuccess;
-}
-
-// ---- events ----
-
-flagcxResult_t eventCreate(flagcxEvent_t *event, flagcxEventType_t type) {
-  FLAGCX_CHECK(checkEventCreateArgs(event, type));
-  auto *e = new (std::nothrow) Event();
-  if (!e) return argError(flagcxSystemError, kInit, "eventCreate: out of memory");
-  e->timing = type == flagcxEventDefault;
-  cudaError_t ce = cudaEventCreateWithFlags(&e->ev, e->timing ? cudaEventDefault : cudaEventDisableTiming);
-  if (ce != cudaSuccess) {
-    delete e;
-    return cudaFail("cudaEventCreateWithFlags", ce);
-  }
-  registerObject(e);
-  *event = toHandle(e);
-  return flagcxSuccess;
-}
-
-flagcxResult_t eventDestroy(flagcxEvent_t event) {
-  if (!event) return flagcxSuccess;
-  CHECK_LIVE("eventDestroy", event, "event");
-  Event *e = asEvent(event);
-  unregisterObject(e);
-  cudaError_t ce = cudaEventDestroy(e->ev);
-  e->magic = 0;
-  delete e;
-  if (ce != cudaSuccess) return cudaFail("cudaEventDestroy", ce);
-  return flagcxSuccess;
-}
-
-flagcxResult_t eventRecord(flagcxEvent_t event, flagcxStream_t stream) {
-  CHECK_LIVE("eventRecord", event, "event");
-  if (stream) CHECK_LIVE("eventRecord", stream, "stream");
-  FLAGCX_CUDA_TRY("cudaEventRecord", cudaEventRecord(asEvent(event)->ev, nativeOf(stream)));
-  return flagcxSuccess;
-}
-
-flagcxResult_t eventSynchronize(flagcxEvent_t event) {
-  CHECK_LIVE("eventSynchronize", event, "event");
-  FLAGCX_CUDA_TRY("cudaEventSynchronize", cudaEventSynchronize(asEvent(event)->ev));
-  return flagcxSuccess;
-}
-
-flagcxResult_t eventQuery(flagcxEvent_t event) {
-  CHECK_LIVE("eventQuery", event, "event");
-  cudaError_t e = cudaEventQuery(asEvent(event)->ev);
-  if (e == cudaErrorNotReady) return flagcxInProgress;
-  if (e != cudaSuccess) return cudaFail("cudaEventQuery", e);
-  return flagcxSuccess;
 }
 
 }  // namespace flagcx::cuda
