@@ -75,7 +75,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/test_cuda_onesided tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_nccl tests/mr/test_mr_coll"
+targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/test_cuda_onesided tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/mr/test_mr_coll"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -117,6 +117,7 @@ fi
 if [ "$BENCH" = 1 ]; then
   run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
   run_test engine-bench timeout 600 "$B/tests/gpu/bench_engine" 2 "$MIB"
+  run_test onesided-bench timeout 300 "$B/tests/gpu/bench_onesided" "$MIB"
   [ -x "$B/tests/gpu/bench_nccl" ] && run_test nccl-bench timeout 300 "$B/tests/gpu/bench_nccl" 256
 fi
 if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then

@@ -323,9 +323,12 @@ int prefill() {
       for (auto &p : ps) std::memcpy(local + p.second, cache + p.first, blockBytes());
       sm.add(secs(t));
     } else {  // the device's own copy rate: one device-to-device copy of as many bytes
+      // A device-to-device cudaMemcpy may return before the copy is done
+      // (session 8's H200 run timed only the launch: "4697 GB/s"): wait for it.
       t = clk::now();
       if (g_dev->deviceMemcpy(local, cache, ps.size() * blockBytes(), flagcxMemcpyDeviceToDevice,
-                              nullptr) != flagcxSuccess)
+                              nullptr) != flagcxSuccess ||
+          g_dev->deviceSynchronize() != flagcxSuccess)
         die("device copy");
       sm.add(secs(t));
     }
