@@ -21,6 +21,11 @@ struct StreamTask {
   // its own lane, so that ranks sharing a process (which wait for each
   // other) never queue behind one another.  nullptr: the shared lane.
   const void *lane;  // (no initializer: StreamTask lives in unions; {run, arg} zeroes it)
+  // A task that takes well under a microsecond of work of its own (the
+  // small-message block): an adapter may run it on the calling thread when
+  // the stream has nothing else queued or running, instead of handing it to
+  // the stream's worker.  Never inside a batch (see batchBegin).
+  bool quick;
 };
 
 // The kinds of device a rank can drive.  Ranks of different kinds make a

@@ -201,7 +201,10 @@ flagcxResult_t launch(Job *j) {
   }
   j->ticket = s->nextTicket.fetch_add(1);
   s->inFlight.fetch_add(1);
-  return s->dev->enqueue(j->stream, StreamTask{runJob, j, s});
+  // Only small-block collectives are quick (no schedule, no transport).
+  bool quick = s->small && j->p2p.empty() && j->ncolls > 0;
+  for (size_t k = 0; quick && k < j->ncolls; k++) quick = smallFits(s, j->colls[k]);
+  return s->dev->enqueue(j->stream, StreamTask{runJob, j, s, quick});
 }
 
 Job *groupJob(ExecState *s, flagcxStream_t stream) {
@@ -235,8 +238,9 @@ flagcxResult_t groupEnd() {
   vendorGroupEnd();
   flagcxResult_t res = flagcxSuccess;
   // One adapter per process: its batch lets every job of the group start
-  // before any is waited for (ranks of this process in one group).
-  DeviceAdapter *dev = t_group.jobs.empty() ? nullptr : t_group.jobs.front()->ex->dev;
+  // before any is waited for or run inline (ranks of this process in one
+  // group wait for each other).  A single job needs none.
+  DeviceAdapter *dev = t_group.jobs.size() > 1 ? t_group.jobs.front()->ex->dev : nullptr;
   if (dev) dev->batchBegin();
   for (Job *j : t_group.jobs) {
     if (res != flagcxSuccess) {

@@ -297,9 +297,25 @@ class HostAdapter final : public DeviceAdapter {
     Entry e{};
     e.kind = Entry::Task;
     e.task = task;
+    // A quick task on an idle stream runs here: handing a sub-microsecond
+    // job to the worker costs more than the job (docs/PERFORMANCE.md).  Not
+    // inside a batch: a group's jobs for ranks of this process wait for
+    // each other, so none may run before the last is queued.
+    if (task.quick && t_batchDepth == 0 && stream && host::streamValid(stream))
+      return host::streamEnqueueOrRun(stream, e);
     return submit("enqueue", stream, e);
   }
+  void batchBegin() override { t_batchDepth++; }
+  flagcxResult_t batchEnd() override {
+    if (t_batchDepth > 0) t_batchDepth--;
+    return flagcxSuccess;
+  }
+
+ private:
+  static thread_local int t_batchDepth;
 };
+
+thread_local int HostAdapter::t_batchDepth = 0;
 
 }  // namespace
 

@@ -273,6 +273,21 @@ flagcxResult_t streamEnqueue(flagcxStream *s, const Entry &e) {
   return flagcxSuccess;
 }
 
+flagcxResult_t streamEnqueueOrRun(flagcxStream *s, const Entry &e) {
+  bool wake;
+  {
+    Lock lk(s->mu);
+    bool idle = s->head == s->tail && !s->running.load(std::memory_order_relaxed);
+    wake = enqueueLocked(s, e);
+    if (idle) {
+      tryRun(s, lk, s->tail);
+      wake = false;  // nothing left for the worker
+    }
+  }
+  if (wake) s->workCv.notify_one();
+  return flagcxSuccess;
+}
+
 flagcxResult_t streamSynchronize(flagcxStream *s) {
   uint64_t target;
   {

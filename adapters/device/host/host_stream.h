@@ -64,6 +64,10 @@ flagcxResult_t runEntry(const Entry &e);
 flagcxResult_t streamCreate(flagcxStream **out);
 flagcxResult_t streamDestroy(flagcxStream *s);
 flagcxResult_t streamEnqueue(flagcxStream *s, const Entry &e);
+// The same, but an entry that finds the stream idle (nothing queued, no
+// runner) runs now on the calling thread; its failure is the stream's, as
+// if the worker had run it.
+flagcxResult_t streamEnqueueOrRun(flagcxStream *s, const Entry &e);
 // Both return the stream's sticky error (the first failure of queued work,
 // kept until the stream is destroyed) once nothing is pending; streamQuery
 // answers flagcxInProgress while work is pending and another thread runs it.
