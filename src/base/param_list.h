@@ -38,7 +38,7 @@ X(CONNECT_ALL, Int, "0", "1: connect to every peer at init; 0: to the peers the 
 XCHECK(CONNECT_ALL, "0..1")
 X(SHM_DISABLE, Int, "0", "1: never use shared memory between same-host ranks (socket instead)")
 XCHECK(SHM_DISABLE, "0..1")
-X(SHM_SMALL_BYTES, Int, "1024", "allreduce and barrier of at most this many bytes, one host, 2-16 ranks: through one shared block, not the rings (0: never)")
+X(SHM_SMALL_BYTES, Int, "4096", "collectives whose contribution per rank is at most this many bytes, and barriers, one host, 2-16 ranks: through one shared block, not the rings (0: never)")
 XCHECK(SHM_SMALL_BYTES, "0..1048576")
 X(SHM_BUFFER_SIZE, Int, "4194304", "bytes of each shared-memory ring (one per direction and peer)")
 XCHECK(SHM_BUFFER_SIZE, "65536..1073741824")

@@ -299,6 +299,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
 }
 
 size_t Executor::smallBytes() const { return smallMaxBytes(s_.get()); }
+uint64_t Executor::smallCalls() const { return flagcx::smallCalls(s_.get()); }
 int Executor::inFlight() const { return s_->inFlight.load(); }
 flagcxResult_t Executor::asyncError() const {
   return static_cast<flagcxResult_t>(s_->asyncError.load());

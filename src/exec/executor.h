@@ -62,9 +62,11 @@ class Executor {
   flagcxResult_t enqueueP2P(bool isSend, void *buf, size_t bytes, int peer,
                             flagcxStream_t stream);
 
-  // Allreduces and barriers up to this many bytes go through the shared
-  // block of a one-host communicator (src/exec/small.cc); 0 when none is used.
+  // Collectives whose share per rank is at most this many bytes go through
+  // the shared block of a one-host communicator (src/exec/small.cc); 0 when
+  // none is used.
   size_t smallBytes() const;
+  uint64_t smallCalls() const;  // collectives that took the shared block (tests)
   int inFlight() const;                  // jobs enqueued and not finished
   flagcxResult_t asyncError() const;     // the first failure of a job
   std::string lastError() const;         // its log line

@@ -1,14 +1,18 @@
 // Small collectives between ranks of one host: one shared block per
 // communicator instead of the rings (issue 19's small-message path).
 //
-// An allreduce of a few KiB over the rings costs a frame per peer and
+// A collective of a few KiB over the rings costs a frame per peer and
 // direction, tag checks, a schedule and its stage loop: about twice what
 // MPICH takes over shared memory for 8 bytes.  Here each rank copies its
 // input into its own slot of a block every rank maps, publishes the call's
 // sequence number, waits until every peer has published the same number and
-// reduces the peers' slots, in rank order (so every rank computes the same
-// bits), into its output.  No allocation, no lock, no message: per peer one
-// cache line carries the flag, the call's tag and the first 48 bytes.
+// builds its output from the peers' slots: reduced in rank order (so every
+// rank computes the same bits) for allreduce, reduce and reducescatter;
+// copied for broadcast, allgather, gather, scatter and alltoall; nothing for
+// a barrier.  Every rank publishes in every call, even one with nothing to
+// give (a broadcast's non-roots), which is what makes slot reuse safe below.
+// No allocation, no lock, no message: per peer one cache line carries the
+// flag, the call's tag and the first 48 bytes.
 //
 // Layout: one line {poisoned} for the communicator, then per rank
 // (rankStride bytes each):
@@ -33,6 +37,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -64,6 +69,33 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// The collectives the block carries (AlltoAllv does not: per-peer counts).
+constexpr OpKind kBlockOps[] = {OpKind::AllReduce, OpKind::Reduce,        OpKind::Broadcast,
+                                OpKind::AllGather, OpKind::Gather,        OpKind::ReduceScatter,
+                                OpKind::Scatter,   OpKind::AlltoAll,      OpKind::Barrier};
+
+// Whether FLAGCX_ALGO's list ("allreduce:ring,alltoall:bruck") forces `op`
+// ("reduce:" inside "allreduce:" does not count).
+bool namesOp(const std::string &list, const char *op) {
+  std::string key = std::string(op) + ":";
+  for (size_t at = list.find(key); at != std::string::npos; at = list.find(key, at + 1))
+    if (at == 0 || !isalpha(static_cast<unsigned char>(list[at - 1]))) return true;
+  return false;
+}
+
+// Bytes the largest contribution to a call puts in a slot (the same on
+// every rank, so that every rank takes the same path).
+size_t slotNeed(const CollArgs &a, int n) {
+  size_t b = a.count * dtypeSize(a.dtype);
+  switch (a.op) {
+    case OpKind::ReduceScatter:
+    case OpKind::Scatter:
+    case OpKind::AlltoAll: return b * static_cast<size_t>(n);
+    case OpKind::Barrier: return 0;
+    default: return b;
+  }
+}
+
 }  // namespace
 
 struct SmallShm {
@@ -73,8 +105,9 @@ struct SmallShm {
   size_t slotStride = 0;  // kHeader + maxBytes, in whole lines
   size_t rankStride = 0;  // line A + 2 slots
   size_t bytes = 0;       // the whole block
-  bool allreduce = true, barrier = true;  // false where FLAGCX_ALGO forces an algorithm
+  uint32_t ops = 0;       // bit per OpKind that takes the block (not where FLAGCX_ALGO forces one)
   uint64_t lastUse[2] = {0, 0};  // word of this rank's last call on each slot
+  uint64_t calls = 0;            // calls this rank ran here (tests)
   std::vector<uint64_t> seen;    // [peer]: newest word seen from it
 
   void layout(size_t payload, int nranks) {
@@ -121,7 +154,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   struct Shape {
     char name[64];
     int64_t maxBytes;
-    int32_t allreduce, barrier;
+    uint32_t ops;
   } shape{};
   Bootstrap *bs = s->env.bs;
   auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
@@ -130,8 +163,8 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     // An algorithm forced by FLAGCX_ALGO ("allreduce:ring") is what the
     // user asked for: those calls keep their schedule.
     const std::string &forced = paramStr(Param::ALGO);
-    shape.allreduce = forced.find("allreduce:") == std::string::npos;
-    shape.barrier = forced.find("barrier:") == std::string::npos;
+    for (OpKind op : kBlockOps)
+      if (!namesOp(forced, opName(op))) shape.ops |= 1u << static_cast<unsigned>(op);
     if (shape.maxBytes > 0 && hostMode) {
       sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
       std::random_device rd;
@@ -142,8 +175,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   FLAGCX_CHECK(bs->bcast(&shape, sizeof(shape), 0));
   if (!shape.name[0]) return flagcxSuccess;  // off (FLAGCX_SHM_SMALL_BYTES=0 at rank 0) or failed
   sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
-  sm->allreduce = shape.allreduce != 0;
-  sm->barrier = shape.barrier != 0;
+  sm->ops = shape.ops;
   if (s->rank != 0 && hostMode) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
   int ok = sm->seg != nullptr;
   if (ok) sm->base = sm->seg->base();
@@ -157,29 +189,34 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
            "run in host mode: they take the rings", s->rank);
       return flagcxSuccess;
     }
-  INFO(kShm, "rank %d: allreduce and barrier up to %zu bytes through one shared block "
+  INFO(kShm, "rank %d: collectives up to %zu bytes per rank's share through one shared block "
        "(FLAGCX_SHM_SMALL_BYTES)", s->rank, sm->maxBytes);
   s->small = std::move(sm);
   return flagcxSuccess;
 }
 
 size_t smallMaxBytes(const ExecState *s) { return s->small ? s->small->maxBytes : 0; }
+uint64_t smallCalls(const ExecState *s) { return s->small ? s->small->calls : 0; }
 
 bool smallFits(const ExecState *s, const CollItem &ci) {
   const SmallShm *sm = s->small.get();
   if (!sm) return false;
   const CollArgs &a = ci.a;
-  if (a.op == OpKind::Barrier) return sm->barrier;
-  if (a.op != OpKind::AllReduce || a.count == 0 || !sm->allreduce) return false;
-  if (a.redop < flagcxSum || a.redop > flagcxAvg) return false;
+  if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u)) return false;
+  if (a.op == OpKind::Barrier) return true;
+  if (a.count == 0) return false;
+  if (opReduces(a.op) && (a.redop < flagcxSum || a.redop > flagcxAvg)) return false;
+  if (opIsRooted(a.op) && (a.root < 0 || a.root >= s->nranks)) return false;
   size_t ts = dtypeSize(a.dtype);
-  return ts != 0 && a.count <= sm->maxBytes / ts;
+  return ts != 0 && a.count <= sm->maxBytes / ts && slotNeed(a, s->nranks) <= sm->maxBytes;
 }
 
 namespace {
 
 uint64_t tagOf(const CollItem &ci) {
-  return collTag(ci.seq, ci.a.op, ci.a.dtype, -1, ci.a.op == OpKind::Barrier ? 0 : ci.a.count);
+  const CollArgs &a = ci.a;
+  return collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : -1,
+                 a.op == OpKind::Barrier ? 0 : a.count);
 }
 
 flagcxResult_t mismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
@@ -274,10 +311,17 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
   const uint64_t word = ci.seq + 1, tag = tagOf(ci);
-  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * dtypeSize(a.dtype);
+  const size_t ts = dtypeSize(a.dtype);
+  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * ts;  // one rank's share
+  // What this rank puts in its slot: its input, or nothing (a broadcast's
+  // or scatter's non-roots).
+  const bool rootOnly = a.op == OpKind::Broadcast || a.op == OpKind::Scatter;
+  const size_t give = rootOnly && me != a.root ? 0 : slotNeed(a, n);
   s->curTag = tag;
-  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype, -1);
-  const char *what = a.op == OpKind::Barrier ? "barrier (shared block)" : "allreduce (shared block)";
+  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
+                              opIsRooted(a.op) ? a.root : -1);
+  char what[48];
+  snprintf(what, sizeof(what), "%s (shared block)", opName(a.op));
 
   // 0. A rank gave up earlier: fail now, naming it (checkPeers).
   if (sm->poisoned()->load(std::memory_order_acquire)) FLAGCX_CHECK(checkPeers(s, what));
@@ -296,7 +340,8 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
 
   // 2. Publish: data, tag, then the word (release).
   Pub *mine = sm->slot(me, p);
-  if (bytes) memcpy(sm->data(me, p), a.send, bytes);
+  if (give) memcpy(sm->data(me, p), a.send, give);
+  sm->calls++;
   mine->tag.store(tag, std::memory_order_relaxed);
   mine->word.store(word, std::memory_order_release);
   sm->lastUse[p] = word;
@@ -348,13 +393,44 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   }
   if (!bytes) return flagcxSuccess;
 
-  // 4. Reduce the slots in rank order: the same bits on every rank.
-  flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
-  FLAGCX_CHECK(hostReduce(a.recv, sm->data(0, p), sm->data(1, p), a.count, a.dtype, op));
-  for (int q = 2; q < n; q++) FLAGCX_CHECK(hostReduce(a.recv, a.recv, sm->data(q, p), a.count, a.dtype, op));
-  if (a.redop == flagcxAvg)
-    FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
-  return flagcxSuccess;
+  // 4. This rank's output from the slots (every slot is a copy: in-place
+  // calls need no care).  Reductions run in rank order: the same bits on
+  // every rank.
+  char *out = static_cast<char *>(a.recv);
+  auto reduceAll = [&](char *dst, size_t off) -> flagcxResult_t {
+    flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
+    if (n == 1) {
+      memcpy(dst, sm->data(0, p) + off, bytes);
+    } else {
+      FLAGCX_CHECK(hostReduce(dst, sm->data(0, p) + off, sm->data(1, p) + off, a.count, a.dtype, op));
+      for (int q = 2; q < n; q++)
+        FLAGCX_CHECK(hostReduce(dst, dst, sm->data(q, p) + off, a.count, a.dtype, op));
+    }
+    if (a.redop == flagcxAvg)
+      FLAGCX_CHECK(s->dev->divide(dst, dst, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+    return flagcxSuccess;
+  };
+  const size_t mine0 = static_cast<size_t>(me) * bytes;
+  switch (a.op) {
+    case OpKind::AllReduce: return reduceAll(out, 0);
+    case OpKind::Reduce: return me == a.root ? reduceAll(out, 0) : flagcxSuccess;
+    case OpKind::ReduceScatter: return reduceAll(out, mine0);
+    case OpKind::Broadcast:
+      if (out != sm->data(a.root, p)) memcpy(out, sm->data(a.root, p), bytes);
+      return flagcxSuccess;
+    case OpKind::Scatter: memcpy(out, sm->data(a.root, p) + mine0, bytes); return flagcxSuccess;
+    case OpKind::Gather:
+      if (me != a.root) return flagcxSuccess;
+      [[fallthrough]];
+    case OpKind::AllGather:
+      for (int q = 0; q < n; q++) memcpy(out + static_cast<size_t>(q) * bytes, sm->data(q, p), bytes);
+      return flagcxSuccess;
+    case OpKind::AlltoAll:
+      for (int q = 0; q < n; q++)
+        memcpy(out + static_cast<size_t>(q) * bytes, sm->data(q, p) + mine0, bytes);
+      return flagcxSuccess;
+    default: return flagcxInternalError;
+  }
 }
 
 }  // namespace flagcx

@@ -6,7 +6,7 @@
 //   p2p_run.cc   a group of sends and receives
 //   staging.cc   device buffers through host memory (pipelined)
 //   direct.cc    device buffers read in place by same-host peers (CUDA IPC)
-//   small.cc     small allreduces and barriers of one host through one shared block
+//   small.cc     small collectives of one host through one shared block
 //
 // How bytes move is the executor's mode, fixed at init and the same on
 // every rank:
@@ -234,6 +234,7 @@ flagcxResult_t gateWait(ExecState *s, const char *p, size_t len);
 flagcxResult_t setupSmall(ExecState *s, bool sameHostShm);
 bool smallFits(const ExecState *s, const CollItem &ci);
 size_t smallMaxBytes(const ExecState *s);  // 0 without a block
+uint64_t smallCalls(const ExecState *s);   // calls run through the block so far
 flagcxResult_t runSmall(ExecState *s, CollItem &ci);
 void smallPublishOrdinary(ExecState *s, const CollItem &ci);
 // After this rank's error frames went out: its peers' next small call fails.
