@@ -172,7 +172,7 @@ void ProcessGroupFlagcx::enqueue(Batch &b) {
   for (const auto &op : b.ops) b.hostSync = b.hostSync || op.hostSync;
 #ifdef FLAGCX_TORCH_CUDA
   if (ch.cuda) {
-    b.cudaEvent = std::make_shared<at::cuda::CUDAEvent>(cudaEventDisableTiming);
+    b.cudaEvent = ch.takeEvent();
     b.cudaEvent->record(*ch.torchStream);
     b.cudaStream = ch.torchStream;
     b.enqueued = true;
@@ -231,9 +231,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupFlagcx::issue(c10d::OpType type, cons
   if (ch->cuda) {
     devGuard.emplace(static_cast<c10::DeviceIndex>(ch->device));
     // The internal stream starts after what the caller queued so far.
-    at::cuda::CUDAEvent ready(cudaEventDisableTiming);
-    ready.record(at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(ch->device)));
-    ready.block(*ch->torchStream);
+    {
+      std::lock_guard<std::mutex> g(ch->readyMu);
+      if (!ch->readyEvent) ch->readyEvent.emplace(cudaEventDisableTiming);
+      ch->readyEvent->record(
+          at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(ch->device)));
+      ch->readyEvent->block(*ch->torchStream);
+    }
     streamGuard.emplace(*ch->torchStream);
     if (device.is_cpu()) {
       staged = true;

@@ -79,6 +79,20 @@ struct Channel {
   flagcxStream_t stream = nullptr;
 #ifdef FLAGCX_TORCH_CUDA
   std::optional<c10::cuda::CUDAStream> torchStream;
+  // Per-call CUDA events cost a create and a destroy each (about a
+  // microsecond apiece at one rank, where a call moves no data): the
+  // "caller's stream is ready" event is one per channel, recorded and
+  // waited under readyMu, and end events come from a small pool.
+  std::mutex readyMu;
+  std::optional<at::cuda::CUDAEvent> readyEvent;
+  struct EventPool {
+    std::mutex mu;
+    std::vector<std::unique_ptr<at::cuda::CUDAEvent>> free;
+  };
+  std::shared_ptr<EventPool> events = std::make_shared<EventPool>();
+  // An end event from the pool; it goes back there when the last owner
+  // lets go (re-recording an event still pending is allowed by CUDA).
+  std::shared_ptr<at::cuda::CUDAEvent> takeEvent();
 #endif
   std::mutex mu;            // guards comm against close()
   bool closed = false;

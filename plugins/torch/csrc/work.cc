@@ -63,6 +63,29 @@ void Channel::close() {
 
 Channel::~Channel() { close(); }
 
+#ifdef FLAGCX_TORCH_CUDA
+std::shared_ptr<at::cuda::CUDAEvent> Channel::takeEvent() {
+  constexpr size_t kKeep = 64;  // more than this many in flight: plain new/delete
+  std::unique_ptr<at::cuda::CUDAEvent> e;
+  {
+    std::lock_guard<std::mutex> g(events->mu);
+    if (!events->free.empty()) {
+      e = std::move(events->free.back());
+      events->free.pop_back();
+    }
+  }
+  if (!e) e = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
+  std::weak_ptr<EventPool> pool = events;
+  return std::shared_ptr<at::cuda::CUDAEvent>(e.release(), [pool](at::cuda::CUDAEvent *ev) {
+    std::unique_ptr<at::cuda::CUDAEvent> own(ev);
+    if (auto p = pool.lock()) {
+      std::lock_guard<std::mutex> g(p->mu);
+      if (p->free.size() < kKeep) p->free.push_back(std::move(own));
+    }
+  });
+}
+#endif
+
 // ---------------------------------------------------------------- Batch
 
 void Batch::complete() {
@@ -183,8 +206,15 @@ WorkFlagcx::WorkFlagcx(int rank, c10d::OpType type, std::shared_ptr<Batch> batch
 WorkFlagcx::~WorkFlagcx() {
   // Given up before completion: somebody must still drive it (host streams
   // run queued work lazily), and its tensors must stay alive until then.
-  if (batch_ && !batch_->done.load(std::memory_order_acquire) && batch_.use_count() == 1)
-    batch_->adopt();
+  if (!batch_ || batch_->done.load(std::memory_order_acquire) || batch_.use_count() != 1) return;
+#ifdef FLAGCX_TORCH_CUDA
+  // CUDA work needs no driver: it is queued on the internal stream, and the
+  // caching allocator keeps its tensors' memory until that stream is past
+  // it (recordStream at issue).  Handing it to the engine's thread only to
+  // let go of it cost a thread wake-up per call.
+  if (batch_->cudaEvent && !batch_->hostSync && batch_->stagedBack.empty()) return;
+#endif
+  batch_->adopt();
 }
 
 void WorkFlagcx::settle() {
