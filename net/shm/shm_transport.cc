@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "rendezvous/bootstrap.h"
+#include "base/copy.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "net/common/framed_conn.h"
@@ -117,7 +118,7 @@ class ShmPipe final : public Pipe {
       while (left > 0 && space > 0) {
         uint64_t pos = txTail_ % txSize_;
         uint64_t n = std::min({left, space, txSize_ - pos, kChunk});
-        memcpy(txData_ + pos, src, n);
+        copyBytes(txData_ + pos, src, n);
         src += n;
         left -= n;
         space -= n;
@@ -157,7 +158,7 @@ class ShmPipe final : public Pipe {
     while (left > 0 && avail > 0) {
       uint64_t pos = rxHead_ % rxSize_;
       uint64_t n = std::min({left, avail, rxSize_ - pos, kChunk});
-      memcpy(out, rxData_ + pos, n);
+      copyBytes(out, rxData_ + pos, n);
       out += n;
       left -= n;
       avail -= n;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/backoff.h"
+#include "base/copy.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "core/comm.h"
@@ -230,7 +231,7 @@ flagcxResult_t OneSided::waitSignal(int n, const flagcxWaitSignalDesc_t *descs,
 
 flagcxResult_t OneSided::copyMapped(void *dst, const void *src, size_t bytes, bool device) {
   if (!device) {
-    memcpy(dst, src, bytes);
+    copyBytes(dst, src, bytes);
     return flagcxSuccess;
   }
   // Never a synchronous cudaMemcpy here: on the progress thread, with the

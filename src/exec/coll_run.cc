@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
+#include "base/copy.h"
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -24,7 +25,7 @@ namespace {
 flagcxResult_t localCopy(ExecState *s, void *dst, const void *src, size_t bytes) {
   if (!bytes || dst == src) return flagcxSuccess;
   if (s->direct()) return s->dev->copyAsync(dst, src, bytes);
-  memcpy(dst, src, bytes);
+  copyBytes(dst, src, bytes);
   return flagcxSuccess;
 }
 

@@ -44,6 +44,7 @@
 #include <string>
 
 #include "base/backoff.h"
+#include "base/copy.h"
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -340,7 +341,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
 
   // 2. Publish: data, tag, then the word (release).
   Pub *mine = sm->slot(me, p);
-  if (give) memcpy(sm->data(me, p), a.send, give);
+  if (give) copyBytes(sm->data(me, p), a.send, give);
   sm->calls++;
   mine->tag.store(tag, std::memory_order_relaxed);
   mine->word.store(word, std::memory_order_release);
@@ -400,7 +401,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   auto reduceAll = [&](char *dst, size_t off) -> flagcxResult_t {
     flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
     if (n == 1) {
-      memcpy(dst, sm->data(0, p) + off, bytes);
+      copyBytes(dst, sm->data(0, p) + off, bytes);
     } else {
       FLAGCX_CHECK(hostReduce(dst, sm->data(0, p) + off, sm->data(1, p) + off, a.count, a.dtype, op));
       for (int q = 2; q < n; q++)
@@ -416,18 +417,18 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
     case OpKind::Reduce: return me == a.root ? reduceAll(out, 0) : flagcxSuccess;
     case OpKind::ReduceScatter: return reduceAll(out, mine0);
     case OpKind::Broadcast:
-      if (out != sm->data(a.root, p)) memcpy(out, sm->data(a.root, p), bytes);
+      if (out != sm->data(a.root, p)) copyBytes(out, sm->data(a.root, p), bytes);
       return flagcxSuccess;
-    case OpKind::Scatter: memcpy(out, sm->data(a.root, p) + mine0, bytes); return flagcxSuccess;
+    case OpKind::Scatter: copyBytes(out, sm->data(a.root, p) + mine0, bytes); return flagcxSuccess;
     case OpKind::Gather:
       if (me != a.root) return flagcxSuccess;
       [[fallthrough]];
     case OpKind::AllGather:
-      for (int q = 0; q < n; q++) memcpy(out + static_cast<size_t>(q) * bytes, sm->data(q, p), bytes);
+      for (int q = 0; q < n; q++) copyBytes(out + static_cast<size_t>(q) * bytes, sm->data(q, p), bytes);
       return flagcxSuccess;
     case OpKind::AlltoAll:
       for (int q = 0; q < n; q++)
-        memcpy(out + static_cast<size_t>(q) * bytes, sm->data(q, p) + mine0, bytes);
+        copyBytes(out + static_cast<size_t>(q) * bytes, sm->data(q, p) + mine0, bytes);
       return flagcxSuccess;
     default: return flagcxInternalError;
   }

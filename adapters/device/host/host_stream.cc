@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/copy.h"
 #include "base/log.h"
 
 namespace flagcx::host {
@@ -195,7 +196,7 @@ flagcxResult_t runEntry(const Entry &e) {
       char *dst = static_cast<char *>(e.copy.dst);
       if (e.copy.bytes == 0 || dst == src) return flagcxSuccess;
       if (dst + e.copy.bytes <= src || src + e.copy.bytes <= dst)
-        memcpy(dst, src, e.copy.bytes);
+        flagcx::copyBytes(dst, src, e.copy.bytes);
       else
         memmove(dst, src, e.copy.bytes);
       return flagcxSuccess;
