@@ -29,14 +29,22 @@ __attribute__((target("avx2"))) void copyAvx2(char *d, const char *s, size_t n) 
   if (i < n) memcpy(d + i, s + i, n - i);  // under 128 bytes: no rep movsb
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+// Asked once, on first use (__builtin_cpu_init: this may run before the
+// library's own constructors).
+bool haveAvx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
 #endif
 
 }  // namespace
 
 void copyBytes(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)
-  if (n >= kMemcpyBelow && kHaveAvx2) {
+  if (n >= kMemcpyBelow && haveAvx2()) {
     copyAvx2(static_cast<char *>(dst), static_cast<const char *>(src), n);
     return;
   }
