@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool, carry [".carry"] made by tools/gpu-carry.sh):
+# the GPU measurements the open issues still need, in one call of about 5
+# minutes.  Logs under $OUT (a summary on stdout, the rest in $OUT/more.tgz).
+#   1. build build-dropin (CUDA, NCCL pass-through, drop-in, torch plugin)
+#   2. the torch GPU check (every op, DDP, 1 rank and 2 ranks on GPU 0)
+#   3. issue 15's benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
+#      200 calls x 5 rounds
+#   4. issue 16's drop-in stages: torch (DDP losses, NCCL_DEBUG=WARN) and
+#      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
+# GPU_PENDING_STEPS=build,torch,bench,dropin picks steps (default all).
+set -u
+cd "$(dirname "$0")/.."
+L=${OUT:-build-dropin/pending}; mkdir -p "$L/more"
+STEPS=${GPU_PENDING_STEPS:-build,torch,bench,dropin}
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+[ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH
+export PATH=$PATH:/usr/local/cuda/bin NCCL_NVLS_ENABLE=0
+. tools/carried-deps.sh
+B=build-dropin; T0=$SECONDS
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__)'
+  echo "git $(git rev-parse --short HEAD) $(git status --porcelain | wc -l) changed file(s)"; } > "$L/env.txt" 2>&1
+if want build; then
+  [ -f $B/build.ninja ] || meson setup $B -Dcuda=enabled -Dnccl=enabled -Dnccl_dropin=enabled \
+    -Dgpu_archs=90 -Dmpi=disabled -Dtorch=enabled -Dnccl_include="$PWD/.carry/nccl-h" > "$L/more/setup.log" 2>&1
+  ninja -k 0 -C $B > "$L/more/build.log" 2>&1
+  echo "build rc $? at $((SECONDS - T0))s (a drop-in test program may fail to link against an older system NCCL)" >> "$L/env.txt"
+fi
+if want torch; then
+  TORCH_GPU_STEP_TIMEOUT=60 PYTHON=python3 timeout 240 plugins/torch/tests/gpu_check.sh $B > "$L/torch-gpu-check.txt" 2>&1
+  echo "torch gpu_check rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
+  cp -r $B/torch-gpu "$L/more/" 2>/dev/null
+fi
+if want bench; then
+  PYTHONPATH=$PWD/$B/plugins/torch timeout 150 python3 -m torch.distributed.run --nproc_per_node 1 \
+    --master_port 29631 examples/torch/bench_allreduce.py --device cuda --compare nccl --iters 200 \
+    --rounds 5 > "$L/bench-torch.log" 2>&1
+  echo "torch bench rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
+fi
+if want dropin; then
+  NCCL_TESTS_TGZ=.carry/nccl-tests.tar.gz NCCL_DEBUG=WARN NCCLX_STAGES=build,torch,compare \
+    OUT="$L/more/dropin" timeout 300 tools/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
+  echo "drop-in torch+compare rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
+  cp "$L/more/dropin/summary.txt" "$L/dropin-summary.txt" 2>/dev/null
+fi
+tar czf "$L/more.tgz" -C "$L" more && rm -rf "$L/more"
+cat "$L/env.txt"
+[ -f "$L/torch-gpu-check.txt" ] && tail -14 "$L/torch-gpu-check.txt"
+[ -f "$L/bench-torch.log" ] && grep -E "^#|^ +[0-9]" "$L/bench-torch.log"
+[ -f "$L/dropin-summary.txt" ] && cat "$L/dropin-summary.txt"
+exit 0
