@@ -5,9 +5,10 @@
 // that advertise fast string moves, and on this project's AMD EPYC VM that
 // instruction runs at 2-3 GB/s instead of 40-50 when the destination is a
 // few bytes past the source modulo 4096 (dst - src = 8 mod 4096: 1.9 GB/s
-// against 42 for 256 KiB; measured with tools in docs/PERFORMANCE.md).  Ring
-// positions drift by frame headers, so which calls hit that case changed
-// from launch to launch: the same benchmark ran at 0.25x or 1.5x MPICH.
+// against 42 for 256 KiB; docs/perf-data/session9-host/memcpy-offsets.txt).
+// Ring positions drift by frame headers, so some ring copies land on such
+// offsets.  (This is not the VM's "slow phase" of docs/PERFORMANCE.md,
+// which copyBytes does not cure.)
 // copyBytes uses an AVX2 loop of unaligned loads and stores where the CPU
 // has AVX2 (as fast as memcpy at every offset and size measured, 2 KiB to
 // 16 MiB), else memcpy.

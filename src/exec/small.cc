@@ -36,6 +36,7 @@
 // both tags named; its error frames then release the peer.
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -82,6 +83,17 @@ bool namesOp(const std::string &list, const char *op) {
   for (size_t at = list.find(key); at != std::string::npos; at = list.find(key, at + 1))
     if (at == 0 || !isalpha(static_cast<unsigned char>(list[at - 1]))) return true;
   return false;
+}
+
+// "<op> (shared block)" for log lines, made once (not per call: the block's
+// calls take well under a microsecond).
+const char *blockWhat(OpKind op) {
+  static const auto names = [] {
+    std::array<std::string, static_cast<size_t>(OpKind::Count)> v;
+    for (size_t i = 0; i < v.size(); i++) v[i] = std::string(opName(static_cast<OpKind>(i))) + " (shared block)";
+    return v;
+  }();
+  return names[static_cast<size_t>(op)].c_str();
 }
 
 // Bytes the largest contribution to a call puts in a slot (the same on
@@ -321,8 +333,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   s->curTag = tag;
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
                               opIsRooted(a.op) ? a.root : -1);
-  char what[48];
-  snprintf(what, sizeof(what), "%s (shared block)", opName(a.op));
+  const char *what = blockWhat(a.op);
 
   // 0. A rank gave up earlier: fail now, naming it (checkPeers).
   if (sm->poisoned()->load(std::memory_order_acquire)) FLAGCX_CHECK(checkPeers(s, what));
@@ -417,7 +428,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
     case OpKind::Reduce: return me == a.root ? reduceAll(out, 0) : flagcxSuccess;
     case OpKind::ReduceScatter: return reduceAll(out, mine0);
     case OpKind::Broadcast:
-      if (out != sm->data(a.root, p)) copyBytes(out, sm->data(a.root, p), bytes);
+      copyBytes(out, sm->data(a.root, p), bytes);
       return flagcxSuccess;
     case OpKind::Scatter: copyBytes(out, sm->data(a.root, p) + mine0, bytes); return flagcxSuccess;
     case OpKind::Gather:

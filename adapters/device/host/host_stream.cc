@@ -264,21 +264,13 @@ flagcxResult_t streamDestroy(flagcxStream *s) {
   return flagcxSuccess;
 }
 
-flagcxResult_t streamEnqueue(flagcxStream *s, const Entry &e) {
-  bool wake;
-  {
-    Lock lk(s->mu);
-    wake = enqueueLocked(s, e);
-  }
-  if (wake) s->workCv.notify_one();
-  return flagcxSuccess;
-}
+namespace {
 
-flagcxResult_t streamEnqueueOrRun(flagcxStream *s, const Entry &e) {
+flagcxResult_t enqueue(flagcxStream *s, const Entry &e, bool runIfIdle) {
   bool wake;
   {
     Lock lk(s->mu);
-    bool idle = s->head == s->tail && !s->running.load(std::memory_order_relaxed);
+    bool idle = runIfIdle && s->head == s->tail && !s->running.load(std::memory_order_relaxed);
     wake = enqueueLocked(s, e);
     if (idle) {
       tryRun(s, lk, s->tail);
@@ -288,6 +280,11 @@ flagcxResult_t streamEnqueueOrRun(flagcxStream *s, const Entry &e) {
   if (wake) s->workCv.notify_one();
   return flagcxSuccess;
 }
+
+}  // namespace
+
+flagcxResult_t streamEnqueue(flagcxStream *s, const Entry &e) { return enqueue(s, e, false); }
+flagcxResult_t streamEnqueueOrRun(flagcxStream *s, const Entry &e) { return enqueue(s, e, true); }
 
 flagcxResult_t streamSynchronize(flagcxStream *s) {
   uint64_t target;
