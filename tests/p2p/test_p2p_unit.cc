@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -143,7 +144,12 @@ TEST(P2pUnit, TwoEnginesOfOneProcess) {
   FlagcxP2pNotifyMsg n{};
   std::strcpy(n.msg, "same process");
   EXPECT_EQ(flagcxP2pEngineSendNotif(c, &n), static_cast<int>(sizeof(n)));
-  auto notes = flagcxP2pEngineGetNotifs();
+  // Delivery is asynchronous (the target's service thread files it): poll
+  // for up to 10 s.  (Reading once right after SendNotif failed once in CI.)
+  std::vector<FlagcxP2pNotifyMsg> notes;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       notes.empty() && std::chrono::steady_clock::now() < until;)
+    for (const auto &m : flagcxP2pEngineGetNotifs()) notes.push_back(m);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_STREQ(notes[0].msg, "same process");
   // Closing one end: the other sees a closed connection, quietly.
