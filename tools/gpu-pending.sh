@@ -8,11 +8,13 @@
 #      200 calls x 5 rounds
 #   4. issue 16's drop-in stages: torch (DDP losses, NCCL_DEBUG=WARN) and
 #      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
-# GPU_PENDING_STEPS=build,torch,bench,dropin picks steps (default all).
+#   5. issue 14's device path: the batched-copy test, test_p2p_cuda, and
+#      kv_transfer --device cuda at 16 and 64 tokens per block
+# GPU_PENDING_STEPS=build,torch,bench,dropin,kv picks steps (default all).
 set -u
 cd "$(dirname "$0")/.."
 L=${OUT:-build-dropin/pending}; mkdir -p "$L/more"
-STEPS=${GPU_PENDING_STEPS:-build,torch,bench,dropin}
+STEPS=${GPU_PENDING_STEPS:-build,torch,bench,dropin,kv}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 [ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH
 export PATH=$PATH:/usr/local/cuda/bin NCCL_NVLS_ENABLE=0
@@ -44,9 +46,19 @@ if want dropin; then
   echo "drop-in torch+compare rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
   cp "$L/more/dropin/summary.txt" "$L/dropin-summary.txt" 2>/dev/null
 fi
+if want kv; then
+  { timeout 120 $B/tests/gpu/test_cuda_adapter --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
+    timeout 120 $B/tests/p2p/test_p2p_cuda; echo "test_p2p_cuda rc $?"
+    for t in 16 64; do
+      FLAGCX_DEVICE=cuda timeout 120 $B/tools/kv_transfer --device cuda --iters 20 --tokens $t
+      echo "kv_transfer --tokens $t rc $?"
+    done; } > "$L/kv-cuda.txt" 2>&1
+  echo "kv step done at $((SECONDS - T0))s" >> "$L/env.txt"
+fi
 tar czf "$L/more.tgz" -C "$L" more && rm -rf "$L/more"
 cat "$L/env.txt"
 [ -f "$L/torch-gpu-check.txt" ] && tail -14 "$L/torch-gpu-check.txt"
 [ -f "$L/bench-torch.log" ] && grep -E "^#|^ +[0-9]" "$L/bench-torch.log"
 [ -f "$L/dropin-summary.txt" ] && cat "$L/dropin-summary.txt"
+[ -f "$L/kv-cuda.txt" ] && grep -E "rc |GB/s|wrong|PASSED|FAILED|^\|" "$L/kv-cuda.txt" | tail -30
 exit 0

@@ -86,6 +86,22 @@ class DeviceAdapter {
                                      flagcxDataType_t dtype, flagcxRedOp_t op) {
     return reduce(dst, a, b, count, dtype, op, nullptr);
   }
+  // Many copies issued as one (the P2P engine's vectors of KV-cache blocks):
+  // every pointer must be memory this adapter's kernels can address (device
+  // memory of the current device, or another process's mapped into it).
+  // Default: one copyAsync per piece.
+  struct CopyPiece {
+    void *dst;
+    const void *src;
+    size_t bytes;
+  };
+  virtual flagcxResult_t copyBatchAsync(const CopyPiece *pieces, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+      flagcxResult_t r = copyAsync(pieces[i].dst, pieces[i].src, pieces[i].bytes);
+      if (r != flagcxSuccess) return r;
+    }
+    return flagcxSuccess;
+  }
   virtual flagcxResult_t flush() { return flagcxSuccess; }
   // Pipelined host staging (src/exec/staging.cc): page-locked host memory,
   // and marks in the private stream's order.  `mark` returns a number for

@@ -19,22 +19,22 @@
 
 namespace ncclx {
 
-// True when `ret` (a return address) lies in a loaded libnccl.so* other than
-// the drop-in.  Until such a library is loaded this rescans the loaded
-// objects on each call, so it belongs only on rare paths.
-bool calledFromRealNccl(const void *ret);
-// NVIDIA's definition of `name`, or nullptr.
-void *realNcclSymbol(const char *name);
+// NVIDIA's definition of `name` in the libnccl.so* (other than the drop-in)
+// whose code contains `ret` (a return address), or nullptr when `ret` lies in
+// no such library.  A process may hold more than one of them (torch's wheels
+// load their own libnccl.so.2 by path while flagcx's pass-through loads
+// FLAGCX_NCCL_LIB): each is answered with its own functions.  The loaded
+// objects are rescanned only when the loader reports a change.
+void *realNcclCaller(const void *ret, const char *name);
 
 }  // namespace ncclx
 
 // At the top of an exported entry point `name` with arguments __VA_ARGS__.
-#define NCCLX_FROM_REAL_NCCL(name, ...)                                             \
-  do {                                                                              \
-    if (__builtin_expect(ncclx::calledFromRealNccl(__builtin_return_address(0)), 0)) { \
-      auto *real_ = reinterpret_cast<decltype(&name)>(ncclx::realNcclSymbol(#name)); \
-      if (real_) return real_(__VA_ARGS__);                                         \
-    }                                                                               \
+#define NCCLX_FROM_REAL_NCCL(name, ...)                                                \
+  do {                                                                                 \
+    if (void *real_ = ncclx::realNcclCaller(__builtin_return_address(0), #name);       \
+        __builtin_expect(real_ != nullptr, 0))                                          \
+      return reinterpret_cast<decltype(&name)>(real_)(__VA_ARGS__);                    \
   } while (0)
 
 // The same for an entry point taking communicator `comm`: asked only when

@@ -25,12 +25,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "adapters/device/adapter.h"
 #include "flagcx_p2p.h"
 #include "rendezvous/socket.h"
-
-namespace flagcx {
-class DeviceAdapter;
-}
 
 namespace flagcx::p2p {
 
@@ -171,7 +168,12 @@ bool cmaProbe(pid_t pid, uint64_t addr, uint64_t want);
 uint64_t cmaCookieAddr();
 uint64_t cmaCookie();
 
-int ipcCopy(const char *ipcBuf, void *local, size_t len, bool write);  // queued
+// Where the device memory an IPC info names is mapped here (imported once).
+int ipcRemote(const char *ipcBuf, size_t len, char **remote);
+// Queue copies on the device adapter: `kernel` pieces have both ends in
+// device memory (one batched launch), `other` pieces one copy each.
+int ipcCopyBatch(const std::vector<DeviceAdapter::CopyPiece> &kernel,
+                 const std::vector<DeviceAdapter::CopyPiece> &other);
 int ipcFlush();  // waits for the queued copies
 
 // p2p_xfer.cc

@@ -205,10 +205,10 @@ int flagcxP2pEngineUpdateIpcInfo(char *ipcBuf, uintptr_t addr, uintptr_t baseAdd
 
 namespace flagcx::p2p {
 
-// Copy between local memory and the device memory an IPC info names, on the
-// adapter's private stream (ipcFlush waits).  Imported allocations are kept
-// for the life of the process: a KV cache is read and written many times.
-int ipcCopy(const char *ipcBuf, void *local, size_t len, bool write) {
+// The address in this process of the device memory an IPC info names (len
+// bytes from its start).  Imported allocations are kept for the life of the
+// process: a KV cache is read and written many times.
+int ipcRemote(const char *ipcBuf, size_t len, char **remote) {
   static std::mutex mu;
   static std::map<std::string, void *> imported;  // by the adapter's allocation id
   DeviceAdapter *dev = deviceAdapter();
@@ -232,9 +232,17 @@ int ipcCopy(const char *ipcBuf, void *local, size_t len, bool write) {
       imported.emplace(id, base);
     }
   }
-  char *remote = static_cast<char *>(base) + in.offset;
-  flagcxResult_t rc = write ? dev->copyAsync(remote, local, len) : dev->copyAsync(local, remote, len);
-  return rc == flagcxSuccess ? 0 : -1;
+  *remote = static_cast<char *>(base) + in.offset;
+  return 0;
+}
+
+int ipcCopyBatch(const std::vector<DeviceAdapter::CopyPiece> &kernel,
+                 const std::vector<DeviceAdapter::CopyPiece> &other) {
+  DeviceAdapter *dev = deviceAdapter();
+  if (!dev) return -1;
+  for (auto &p : other)
+    if (dev->copyAsync(p.dst, p.src, p.bytes) != flagcxSuccess) return -1;
+  return dev->copyBatchAsync(kernel.data(), kernel.size()) == flagcxSuccess ? 0 : -1;
 }
 
 int ipcFlush() {

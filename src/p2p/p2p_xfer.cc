@@ -151,8 +151,22 @@ bool vectorArgs(FlagcxP2pConn *c, size_t n, size_t a, size_t b, size_t d, uint64
 int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vector<size_t> &sizes,
               const std::vector<char *> &ipcBufs, size_t n, bool write, uint64_t *id) {
   bool ok = ipcBufs.size() >= n;
-  for (size_t i = 0; ok && i < n; i++)
-    ok = ipcBufs[i] && ipcCopy(ipcBufs[i], local[i], sizes[i], write) == 0;
+  // Local pieces in device regions of this engine go with the remote ones
+  // into one batched device copy; anything else (host memory) one by one.
+  std::vector<DeviceAdapter::CopyPiece> kernel, other;
+  {
+    std::shared_lock<std::shared_mutex> lk(c->engine->mrMu);
+    for (size_t i = 0; ok && i < n; i++) {
+      char *remote = nullptr;
+      ok = ipcBufs[i] && ipcRemote(ipcBufs[i], sizes[i], &remote) == 0;
+      if (!ok) break;
+      const Region *r = findRegion(c->engine, reinterpret_cast<uint64_t>(local[i]), sizes[i], 0);
+      DeviceAdapter::CopyPiece p = write ? DeviceAdapter::CopyPiece{remote, local[i], sizes[i]}
+                                         : DeviceAdapter::CopyPiece{local[i], remote, sizes[i]};
+      (r && r->device ? kernel : other).push_back(p);
+    }
+  }
+  ok = ok && ipcCopyBatch(kernel, other) == 0;
   ok = ipcFlush() == 0 && ok;
   if (!ok) WARN(kP2P, "P2P: IPC %s to %s failed", write ? "write" : "read", c->peerHost.c_str());
   auto x = track(c, 1);

@@ -37,4 +37,16 @@ extern __attribute__((visibility("default"))) MisalignedPath g_misaligned;
 cudaError_t launchCopy(void *dst, const void *src, size_t bytes, cudaStream_t stream,
                        int smCount);
 
+// One piece of a batched copy, at most kBatchChunkBytes long, with src and dst
+// at the same offset modulo 16 (the caller splits and sorts pieces so).
+struct BatchChunk {
+  const char *src;
+  char *dst;
+  size_t bytes;
+};
+constexpr size_t kBatchChunkBytes = 64 << 10;
+// Copy every chunk of `chunks` (device-readable memory holding n entries) in
+// one launch: one block per chunk.
+cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t stream);
+
 }  // namespace flagcx::cuda
