@@ -6,15 +6,16 @@
 #   2. the torch GPU check (every op, DDP, 1 rank and 2 ranks on GPU 0)
 #   3. issue 15's benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
 #      200 calls x 5 rounds
-#   4. issue 16's drop-in stages: torch (DDP losses, NCCL_DEBUG=WARN) and
-#      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
-#   5. issue 14's device path: the batched-copy test, test_p2p_cuda, and
+#   4. issue 14's device path: the batched-copy test, test_p2p_cuda, and
 #      kv_transfer --device cuda at 16 and 64 tokens per block
-# GPU_PENDING_STEPS=build,torch,bench,dropin,kv picks steps (default all).
+#   5. issue 16's drop-in stages (NCCLX_STAGES, default build,torch,compare;
+#      DROPIN_TIMEOUT, default 300 s): torch (DDP losses, NCCL_DEBUG=WARN) and
+#      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
+# GPU_PENDING_STEPS=build,torch,bench,kv,dropin picks steps (default all).
 set -u
 cd "$(dirname "$0")/.."
 L=${OUT:-build-dropin/pending}; mkdir -p "$L/more"
-STEPS=${GPU_PENDING_STEPS:-build,torch,bench,dropin,kv}
+STEPS=${GPU_PENDING_STEPS:-build,torch,bench,kv,dropin}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 [ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH
 export PATH=$PATH:/usr/local/cuda/bin NCCL_NVLS_ENABLE=0
@@ -40,12 +41,6 @@ if want bench; then
     --rounds 5 > "$L/bench-torch.log" 2>&1
   echo "torch bench rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
 fi
-if want dropin; then
-  NCCL_TESTS_TGZ=.carry/nccl-tests.tar.gz NCCL_DEBUG=WARN NCCLX_STAGES=build,torch,compare \
-    OUT="$L/more/dropin" timeout 300 tools/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
-  echo "drop-in torch+compare rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
-  cp "$L/more/dropin/summary.txt" "$L/dropin-summary.txt" 2>/dev/null
-fi
 if want kv; then
   { timeout 120 $B/tests/gpu/test_cuda_adapter --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
     timeout 120 $B/tests/p2p/test_p2p_cuda; echo "test_p2p_cuda rc $?"
@@ -54,6 +49,12 @@ if want kv; then
       echo "kv_transfer --tokens $t rc $?"
     done; } > "$L/kv-cuda.txt" 2>&1
   echo "kv step done at $((SECONDS - T0))s" >> "$L/env.txt"
+fi
+if want dropin; then
+  NCCL_TESTS_TGZ=.carry/nccl-tests.tar.gz NCCL_DEBUG=WARN NCCLX_STAGES=${NCCLX_STAGES:-build,torch,compare} \
+    OUT="$L/more/dropin" timeout ${DROPIN_TIMEOUT:-300} tools/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
+  echo "drop-in torch+compare rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
+  cp "$L/more/dropin/summary.txt" "$L/dropin-summary.txt" 2>/dev/null
 fi
 tar czf "$L/more.tgz" -C "$L" more && rm -rf "$L/more"
 cat "$L/env.txt"

@@ -184,40 +184,53 @@ fi
 # ---- time per call at one rank: real NCCL vs the drop-in ----
 if want compare; then
   rm -f "$O"/cmp-*.log
-  for round in 1 2 3; do
+  # Both libraries on the same CPUs (NCCLX_CMP_CPUS, default 0-3): launch
+  # latency depends on where the launching thread runs, and unpinned runs of
+  # NVIDIA's own library differed by up to 2 us per call between processes.
+  PIN="taskset -c ${NCCLX_CMP_CPUS:-0-3}"
+  command -v taskset >/dev/null || PIN=
+  for round in $(seq 1 "${NCCLX_CMP_ROUNDS:-3}"); do
     for op in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv; do
-      real_env timeout 60 "$NT/${op}_perf" -b 8 -e 64M -f 4 -g 1 -c 0 -n 200 -w 20 \
+      real_env $PIN timeout 60 "$NT/${op}_perf" -b 8 -e 64M -f 4 -g 1 -c 0 -n 200 -w 20 \
         > "$O/cmp-real-$op-$round.log" 2>&1
-      dropin_env timeout 60 "$NT/${op}_perf" -b 8 -e 64M -f 4 -g 1 -c 0 -n 200 -w 20 \
+      dropin_env $PIN timeout 60 "$NT/${op}_perf" -b 8 -e 64M -f 4 -g 1 -c 0 -n 200 -w 20 \
         > "$O/cmp-dropin-$op-$round.log" 2>&1
     done
   done
   python3 - "$O" > "$O/compare.txt" <<'EOF'
 import glob, os, re, sys
 o = sys.argv[1]
-def best(kind, op):
+def best(kind, op, col):
     t = {}
     for f in glob.glob(f"{o}/cmp-{kind}-{op}-*.log"):
         for line in open(f, errors="replace"):
             p = line.split()
-            if len(p) > 6 and p[0].isdigit():
+            if len(p) > 10 and p[0].isdigit():
                 try:
-                    us = float(p[5])  # out-of-place time
+                    us = float(p[col])
                 except ValueError:
                     continue
                 size = int(p[0])
                 t[size] = min(t.get(size, 1e18), us)
     return t
 ok = True
-print(f"{'op':15} {'bytes':>10} {'NCCL us':>9} {'drop-in us':>10} {'diff us':>8} {'diff %':>7}  bound")
+# Out-of-place: the timed operation (column 6); in-place (column 10): at one
+# rank NCCL launches nothing, so that time is the cost of the call alone,
+# which is what the drop-in adds to.
+print(f"{'op':15} {'bytes':>10} {'NCCL us':>9} {'drop-in us':>10} {'diff us':>8} {'diff %':>7}  bound"
+      f"   in-place: {'NCCL':>6} {'drop-in':>7} {'diff':>6}")
 for op in "all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv".split():
-    r, d = best("real", op), best("dropin", op)
+    r, d = best("real", op, 5), best("dropin", op, 5)
+    ri, di = best("real", op, 9), best("dropin", op, 9)
     for size in sorted(set(r) & set(d)):
         diff = d[size] - r[size]
         pct = 100 * diff / r[size] if r[size] else 0
         within = pct <= 1.0 if size >= 1 << 20 else diff <= 0.3
         ok &= within
-        print(f"{op:15} {size:>10} {r[size]:9.2f} {d[size]:10.2f} {diff:8.2f} {pct:7.2f}  {'ok' if within else 'OVER'}")
+        ip = (f"{ri[size]:6.2f} {di[size]:7.2f} {di[size] - ri[size]:6.2f}"
+              if size in ri and size in di else "")
+        print(f"{op:15} {size:>10} {r[size]:9.2f} {d[size]:10.2f} {diff:8.2f} {pct:7.2f}  "
+              f"{'ok' if within else 'OVER':5}   in-place: {ip}")
     if not r or not d:
         ok = False
         print(f"{op:15} no figures (see cmp-*-{op}-*.log)")

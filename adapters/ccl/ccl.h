@@ -12,8 +12,22 @@ namespace flagcx {
 class Bootstrap;
 class DeviceAdapter;
 
+// A vendor library's own entry points and communicator, for a caller that
+// already speaks that library's ABI (the NCCL drop-in, plugins/nccl): its
+// arguments need no translation, so it may call straight through instead of
+// paying flagcx's API layer on every operation.  Plain pointers to functions
+// with nccl.h's signatures; null where the library lacks one.
+struct VendorDirect {
+  void *comm;  // the vendor's communicator (ncclComm_t)
+  void *allReduce, *reduce, *broadcast, *allGather, *reduceScatter;
+  void *alltoAll, *gather, *scatter, *send, *recv;
+  void *getLastError;  // const char *(ncclComm_t)
+};
+
 class CclAdapter {
  public:
+  // The direct entry points of this back end, or null (the default).
+  virtual const VendorDirect *direct() const { return nullptr; }
   virtual ~CclAdapter() = default;
   virtual const char *name() const = 0;
   // All collectives of CollArgs (barrier included); stream-ordered.
@@ -40,6 +54,9 @@ struct CclContext {
 // does not apply; an error is returned only when it applies but fails.
 // Collective over the communicator (uses ctx.bs).
 flagcxResult_t makeVendorCcl(const CclContext &ctx, std::unique_ptr<CclAdapter> *out);
+// The vendor pass-through of `comm` when it offers direct entry points
+// (FLAGCX_NCCL_DROPIN_DIRECT=1 and a vendor back end), else null.
+const VendorDirect *commVendorDirect(flagcxComm_t comm);
 // Thread-wide group brackets for the vendor library (no-ops when none is loaded).
 void vendorGroupStart();
 void vendorGroupEnd();

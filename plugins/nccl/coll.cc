@@ -4,6 +4,7 @@
 #include <mutex>
 #include <map>
 
+#include "adapters/ccl/ccl.h"
 #include "exports.h"
 #include "forward.h"
 #include "scale.h"
@@ -13,6 +14,26 @@ using namespace ncclx;
 namespace ncclx {
 
 thread_local StreamHit t_stream;
+
+void setDirect(ncclComm *c) {
+  const flagcx::VendorDirect *v = c->fc ? flagcx::commVendorDirect(c->fc) : nullptr;
+  if (!v || !v->comm) return;
+  Direct &d = c->direct;
+  d.allReduce = reinterpret_cast<decltype(d.allReduce)>(v->allReduce);
+  d.reduce = reinterpret_cast<decltype(d.reduce)>(v->reduce);
+  d.broadcast = reinterpret_cast<decltype(d.broadcast)>(v->broadcast);
+  d.allGather = reinterpret_cast<decltype(d.allGather)>(v->allGather);
+  d.reduceScatter = reinterpret_cast<decltype(d.reduceScatter)>(v->reduceScatter);
+  d.alltoAll = reinterpret_cast<decltype(d.alltoAll)>(v->alltoAll);
+  d.gather = reinterpret_cast<decltype(d.gather)>(v->gather);
+  d.scatter = reinterpret_cast<decltype(d.scatter)>(v->scatter);
+  d.send = reinterpret_cast<decltype(d.send)>(v->send);
+  d.recv = reinterpret_cast<decltype(d.recv)>(v->recv);
+  d.getLastError = reinterpret_cast<decltype(d.getLastError)>(v->getLastError);
+  d.comm = static_cast<ncclComm_t>(v->comm);
+  logLine(Level::Info, "rank %d: operations go directly to NVIDIA's NCCL (FLAGCX_NCCL_DROPIN_DIRECT=0 "
+          "routes them through flagcx's API)", c->rank);
+}
 
 // One flagcx wrapper per cudaStream_t value, kept for the life of the
 // process: a wrapper holds only the native handle, so a value that CUDA
@@ -135,6 +156,7 @@ ncclResult_t splitNow(ncclComm *parent, ncclComm *c, int color, int key) {
   }
   logLine(Level::Info, "split: parent rank %d -> color %d rank %d of %d", me, color, newRank,
           c->nranks);
+  setDirect(c);
   return ncclSuccess;
 }
 
@@ -190,6 +212,23 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
   return r;
 }
 
+// The direct path (setDirect): a ready communicator whose operations flagcx
+// would hand unchanged to NVIDIA's library, with NVIDIA's entry point `f`.
+// Buffers that flagcx's checks would refuse (NULL with a count) take the
+// usual path, which reports them.
+template <class F>
+inline bool direct(ncclComm *c, F f, size_t count, const void *a, const void *b) {
+  return c && c->magic == ncclComm::kMagic && f &&
+         c->state.load(std::memory_order_acquire) == ncclComm::kReady &&
+         (count == 0 || (a && b));
+}
+
+ncclResult_t directResult(const char *fn, ncclComm *c, ncclResult_t r) {
+  if (__builtin_expect(r == ncclSuccess || r == ncclInProgress, 1)) return r;
+  const char *why = c->direct.getLastError ? c->direct.getLastError(c->direct.comm) : nullptr;
+  return fail(r, fn, "NVIDIA's NCCL: %s", why && *why ? why : ncclGetErrorString(r));
+}
+
 }  // namespace
 
 extern "C" {
@@ -202,6 +241,9 @@ const int flagcxNcclDropin = 1;
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.allReduce : nullptr, count, sendbuff, recvbuff) && builtinOp(op))
+    return directResult("ncclAllReduce", comm, comm->direct.allReduce(sendbuff, recvbuff, count, datatype,
+                                                                       op, comm->direct.comm, stream));
   const char *fn = "ncclAllReduce";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -220,6 +262,9 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.reduce : nullptr, count, sendbuff, sendbuff) && builtinOp(op))
+    return directResult("ncclReduce", comm, comm->direct.reduce(sendbuff, recvbuff, count, datatype, op,
+                                                                 root, comm->direct.comm, stream));
   const char *fn = "ncclReduce";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -239,6 +284,11 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.reduceScatter : nullptr, recvcount, sendbuff, recvbuff) &&
+      builtinOp(op))
+    return directResult("ncclReduceScatter", comm,
+                        comm->direct.reduceScatter(sendbuff, recvbuff, recvcount, datatype, op,
+                                                   comm->direct.comm, stream));
   const char *fn = "ncclReduceScatter";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -266,6 +316,9 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   NCCLX_FOREIGN_COMM(ncclBroadcast, comm, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  if (direct(comm, comm ? comm->direct.broadcast : nullptr, count, recvbuff, recvbuff))
+    return directResult("ncclBroadcast", comm, comm->direct.broadcast(sendbuff, recvbuff, count, datatype,
+                                                                       root, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclBroadcast");
   return fromFlagcx("ncclBroadcast",
                     flagcxBroadcast(sendbuff, recvbuff, count, ft, root, fc, fs));
@@ -273,42 +326,63 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
 
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
                        ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.broadcast : nullptr, count, buff, buff))
+    return directResult("ncclBcast", comm, comm->direct.broadcast(buff, buff, count, datatype, root,
+                                                                   comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclBcast");
   return fromFlagcx("ncclBcast", flagcxBroadcast(buff, buff, count, ft, root, fc, fs));
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.allGather : nullptr, sendcount, sendbuff, recvbuff))
+    return directResult("ncclAllGather", comm, comm->direct.allGather(sendbuff, recvbuff, sendcount, datatype,
+                                                                       comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclAllGather");
   return fromFlagcx("ncclAllGather", flagcxAllGather(sendbuff, recvbuff, sendcount, ft, fc, fs));
 }
 
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.alltoAll : nullptr, count, sendbuff, recvbuff))
+    return directResult("ncclAlltoAll", comm, comm->direct.alltoAll(sendbuff, recvbuff, count, datatype,
+                                                                     comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclAlltoAll");
   return fromFlagcx("ncclAlltoAll", flagcxAlltoAll(sendbuff, recvbuff, count, ft, fc, fs));
 }
 
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.gather : nullptr, count, sendbuff, sendbuff))
+    return directResult("ncclGather", comm, comm->direct.gather(sendbuff, recvbuff, count, datatype, root,
+                                                                 comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclGather");
   return fromFlagcx("ncclGather", flagcxGather(sendbuff, recvbuff, count, ft, root, fc, fs));
 }
 
 ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.scatter : nullptr, count, recvbuff, recvbuff))
+    return directResult("ncclScatter", comm, comm->direct.scatter(sendbuff, recvbuff, count, datatype, root,
+                                                                   comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclScatter");
   return fromFlagcx("ncclScatter", flagcxScatter(sendbuff, recvbuff, count, ft, root, fc, fs));
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.send : nullptr, count, sendbuff, sendbuff))
+    return directResult("ncclSend", comm, comm->direct.send(sendbuff, count, datatype, peer,
+                                                             comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclSend");
   return fromFlagcx("ncclSend", flagcxSend(sendbuff, count, ft, peer, fc, fs));
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
+  if (direct(comm, comm ? comm->direct.recv : nullptr, count, recvbuff, recvbuff))
+    return directResult("ncclRecv", comm, comm->direct.recv(recvbuff, count, datatype, peer,
+                                                             comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclRecv");
   return fromFlagcx("ncclRecv", flagcxRecv(recvbuff, count, ft, peer, fc, fs));
 }

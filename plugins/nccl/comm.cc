@@ -102,6 +102,7 @@ ncclResult_t createNow(ncclComm *c, int nranks, const flagcxUniqueId &id, int ra
   }
   logLine(Level::Info, "rank %d of %d created on device %d%s%s", rank, nranks, c->device,
           c->name.empty() ? "" : ", name ", c->name.c_str());
+  setDirect(c);
   return ncclSuccess;
 }
 

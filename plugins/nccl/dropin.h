@@ -1,6 +1,8 @@
 // The drop-in's internal state: the communicator wrapper behind ncclComm_t,
-// the calling thread's group, and the one-line log.  Only flagcx's public
-// API (flagcx.h) is used below this.
+// the calling thread's group, and the one-line log.  Below this only
+// flagcx's public API (flagcx.h) is used, with one exception: on a
+// communicator that flagcx passes whole to NVIDIA's library, the collectives
+// call that library directly (flagcx::commVendorDirect, coll.cc).
 #pragma once
 #include <flagcx.h>
 #include <nccl.h>
@@ -26,6 +28,23 @@ struct PreMul {
   const void *ptr = nullptr;    // the scalar's address, for ncclScalarDevice
 };
 
+// NVIDIA's entry points and communicator behind a drop-in communicator that
+// flagcx passes whole to NVIDIA's library (null members: not available).
+struct Direct {
+  ncclComm_t comm = nullptr;
+  decltype(&ncclAllReduce) allReduce = nullptr;
+  decltype(&ncclReduce) reduce = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclAllGather) allGather = nullptr;
+  decltype(&ncclReduceScatter) reduceScatter = nullptr;
+  decltype(&ncclAlltoAll) alltoAll = nullptr;
+  decltype(&ncclGather) gather = nullptr;
+  decltype(&ncclScatter) scatter = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGetLastError) getLastError = nullptr;
+};
+
 }  // namespace ncclx
 
 // What ncclComm_t points to.
@@ -44,6 +63,7 @@ struct ncclComm {
   std::mutex mu;           // initThread, premul
   std::vector<ncclx::PreMul> premul;
   flagcxStream_t groupStream = nullptr;  // host adapter: NULL stream inside a group
+  ncclx::Direct direct;                  // set once fc exists (setDirect)
 };
 
 struct ncclWindow_vidmem {

@@ -67,6 +67,9 @@ ncclResult_t groupStreamsWait();
 
 // ncclCommSplit's work on one rank: exchange (color, key) over the parent,
 // create `c` (NULL: this rank takes no part in a new communicator).
+// Look up NVIDIA's direct entry points for c->fc (none: c->direct stays empty).
+void setDirect(ncclComm *c);
+
 ncclResult_t splitNow(ncclComm *parent, ncclComm *c, int color, int key);
 
 }  // namespace ncclx

@@ -78,6 +78,8 @@ X(USE_HETERO_COMM, Int, "0", "1: route every operation through the flagcx engine
 XCHECK(USE_HETERO_COMM, "0..1")
 X(CLUSTER_SPLIT_LIST, Str, "", "per device-kind cluster (in order of first rank), into how many sub-clusters of consecutive ranks to split it, e.g. 2 (FlagCX's meaning)")
 X(NCCL_LIB, Str, "libnccl.so.2", "path or name of the NCCL library loaded at run time (under the NCCL drop-in: a path to NVIDIA's)")
+X(NCCL_DROPIN_DIRECT, Int, "1", "NCCL drop-in: 1 calls NVIDIA's library directly on communicators flagcx passes whole to it; 0 goes through flagcx's API on every call")
+XCHECK(NCCL_DROPIN_DIRECT, "0..1")
 
 // Reliability
 X(FLIGHT_RECORDER_SIZE, Int, "64", "operations kept in each communicator's flight recorder")

@@ -323,6 +323,11 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
   return res;
 }
 
+const VendorDirect *commVendorDirect(flagcxComm_t comm) {
+  static const bool on = paramInt(Param::NCCL_DROPIN_DIRECT) != 0;
+  return on && comm && comm->ccl ? comm->ccl->direct() : nullptr;
+}
+
 flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream) {
   return comm->ccl ? comm->ccl->coll(args, stream) : comm->exec->enqueueColl(args, stream);
 }

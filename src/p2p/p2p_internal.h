@@ -169,7 +169,11 @@ uint64_t cmaCookieAddr();
 uint64_t cmaCookie();
 
 // Where the device memory an IPC info names is mapped here (imported once).
-int ipcRemote(const char *ipcBuf, size_t len, char **remote);
+struct IpcLast {
+  char id[DeviceAdapter::kIpcRefBytes];
+  void *base = nullptr;
+};
+int ipcRemote(const char *ipcBuf, size_t len, char **remote, IpcLast *last);
 // Queue copies on the device adapter: `kernel` pieces have both ends in
 // device memory (one batched launch), `other` pieces one copy each.
 int ipcCopyBatch(const std::vector<DeviceAdapter::CopyPiece> &kernel,

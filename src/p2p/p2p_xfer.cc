@@ -6,6 +6,7 @@
 // when large, into about one share per lane), dealt round-robin over the
 // connection's lanes, one request per lane; it is done when every request
 // has been answered.
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -150,24 +151,42 @@ bool vectorArgs(FlagcxP2pConn *c, size_t n, size_t a, size_t b, size_t d, uint64
 // Same-host device memory named by IPC infos: copied now, on this thread.
 int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vector<size_t> &sizes,
               const std::vector<char *> &ipcBufs, size_t n, bool write, uint64_t *id) {
+  using clk = std::chrono::steady_clock;
+  const bool timed = logEnabled(LogLevel::Trace, kP2P);
+  clk::time_point t0 = timed ? clk::now() : clk::time_point{};
   bool ok = ipcBufs.size() >= n;
   // Local pieces in device regions of this engine go with the remote ones
   // into one batched device copy; anything else (host memory) one by one.
   std::vector<DeviceAdapter::CopyPiece> kernel, other;
+  kernel.reserve(n);
   {
+    IpcLast lastIpc;
+    const Region *lastRegion = nullptr;
     std::shared_lock<std::shared_mutex> lk(c->engine->mrMu);
     for (size_t i = 0; ok && i < n; i++) {
       char *remote = nullptr;
-      ok = ipcBufs[i] && ipcRemote(ipcBufs[i], sizes[i], &remote) == 0;
+      ok = ipcBufs[i] && ipcRemote(ipcBufs[i], sizes[i], &remote, &lastIpc) == 0;
       if (!ok) break;
-      const Region *r = findRegion(c->engine, reinterpret_cast<uint64_t>(local[i]), sizes[i], 0);
+      auto a = reinterpret_cast<uint64_t>(local[i]);
+      const Region *r = lastRegion;
+      if (!r || a < r->base || a - r->base > r->size || sizes[i] > r->size - (a - r->base))
+        r = lastRegion = findRegion(c->engine, a, sizes[i], 0);
       DeviceAdapter::CopyPiece p = write ? DeviceAdapter::CopyPiece{remote, local[i], sizes[i]}
                                          : DeviceAdapter::CopyPiece{local[i], remote, sizes[i]};
       (r && r->device ? kernel : other).push_back(p);
     }
   }
+  clk::time_point t1 = timed ? clk::now() : clk::time_point{};
   ok = ok && ipcCopyBatch(kernel, other) == 0;
+  clk::time_point t2 = timed ? clk::now() : clk::time_point{};
   ok = ipcFlush() == 0 && ok;
+  if (timed) {
+    auto us = [](clk::time_point a, clk::time_point b) {
+      return std::chrono::duration<double, std::micro>(b - a).count();
+    };
+    TRACE(kP2P, "P2P IPC %s: %zu pieces (%zu batched): lookups %.1f us, issue %.1f us, wait %.1f us",
+          write ? "write" : "read", n, kernel.size(), us(t0, t1), us(t1, t2), us(t2, clk::now()));
+  }
   if (!ok) WARN(kP2P, "P2P: IPC %s to %s failed", write ? "write" : "read", c->peerHost.c_str());
   auto x = track(c, 1);
   if (!ok) {

@@ -40,10 +40,18 @@ struct Hand {  // target -> initiator, through a pipe
   char ipc[FLAGCX_P2P_IPC_INFO_SIZE];
 };
 
+// GetNotifs hands over every notification that has arrived: "written" and
+// "bye" may come in one batch, so what a wait did not ask for is kept for
+// the next one (dropping it hung the target until its timeout on the H200).
 bool waitNotif(const char *text) {
+  static std::vector<std::string> kept;
   for (int ms = 0; ms < 120000; ms++) {
-    for (auto &n : flagcxP2pEngineGetNotifs())
-      if (std::strcmp(n.msg, text) == 0) return true;
+    for (auto &n : flagcxP2pEngineGetNotifs()) kept.emplace_back(n.msg);
+    for (auto it = kept.begin(); it != kept.end(); ++it)
+      if (*it == text) {
+        kept.erase(it);
+        return true;
+      }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;

@@ -59,6 +59,7 @@ struct Nccl {
   NCCL_FN(ncclGather);
   NCCL_FN(ncclScatter);
   NCCL_FN(ncclAlltoAll);
+  NCCL_FN(ncclGetLastError);
 #undef NCCL_FN
 };
 
@@ -124,6 +125,7 @@ Nccl *loadNccl() {
     n.ncclGather = reinterpret_cast<decltype(n.ncclGather)>(dlsym(n.lib, "ncclGather"));
     n.ncclScatter = reinterpret_cast<decltype(n.ncclScatter)>(dlsym(n.lib, "ncclScatter"));
     n.ncclAlltoAll = reinterpret_cast<decltype(n.ncclAlltoAll)>(dlsym(n.lib, "ncclAlltoAll"));
+    n.ncclGetLastError = reinterpret_cast<decltype(n.ncclGetLastError)>(dlsym(n.lib, "ncclGetLastError"));
     if (!ok) {
       n.error = path + ": " + n.error;
       dlclose(n.lib);
@@ -193,8 +195,15 @@ thread_local int t_vendorGroups = 0;
 class NcclCcl final : public CclAdapter {
  public:
   NcclCcl(Nccl *n, int rank, int nranks, ncclComm_t nc, void *barrierBuf)
-      : n_(n), rank_(rank), nranks_(nranks), nc_(nc), barrierBuf_(barrierBuf) {}
+      : n_(n), rank_(rank), nranks_(nranks), nc_(nc), barrierBuf_(barrierBuf) {
+    auto v = [](auto f) { return reinterpret_cast<void *>(f); };
+    direct_ = VendorDirect{nc_, v(n->ncclAllReduce), v(n->ncclReduce), v(n->ncclBroadcast),
+                           v(n->ncclAllGather), v(n->ncclReduceScatter), v(n->ncclAlltoAll),
+                           v(n->ncclGather), v(n->ncclScatter), v(n->ncclSend), v(n->ncclRecv),
+                           v(n->ncclGetLastError)};
+  }
   const char *name() const override { return "nccl"; }
+  const VendorDirect *direct() const override { return nc_ ? &direct_ : nullptr; }
 
   flagcxResult_t coll(const CollArgs &a, flagcxStream_t stream) override {
     cudaStream_t s = nullptr;
@@ -387,6 +396,7 @@ class NcclCcl final : public CclAdapter {
   int rank_, nranks_;
   ncclComm_t nc_;
   void *barrierBuf_;
+  VendorDirect direct_{};
 };
 
 // What each rank tells the others before the decision.

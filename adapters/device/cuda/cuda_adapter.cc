@@ -367,18 +367,19 @@ class CudaAdapter final : public DeviceAdapter {
                       cudaMalloc(reinterpret_cast<void **>(&b.dev), cap * sizeof(BatchChunk)));
       b.cap = cap;
     }
+    BatchChunk *h = b.host, *d = b.dev;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
       const CopyPiece &p = pieces[i];
       if (n > 1 && p.bytes && ((reinterpret_cast<uintptr_t>(p.dst) ^ reinterpret_cast<uintptr_t>(p.src)) & 15) == 0)
         for (size_t off = 0; off < p.bytes; off += kBatchChunkBytes)
-          b.host[k++] = BatchChunk{static_cast<const char *>(p.src) + off, static_cast<char *>(p.dst) + off,
-                                   std::min(kBatchChunkBytes, p.bytes - off)};
+          h[k++] = BatchChunk{static_cast<const char *>(p.src) + off, static_cast<char *>(p.dst) + off,
+                              std::min(kBatchChunkBytes, p.bytes - off)};
     }
     FLAGCX_CUDA_TRY("cudaMemcpyAsync (batch list)",
-                    cudaMemcpyAsync(b.dev, b.host, k * sizeof(BatchChunk), cudaMemcpyHostToDevice, s));
+                    cudaMemcpyAsync(d, h, k * sizeof(BatchChunk), cudaMemcpyHostToDevice, s));
     FLAGCX_CUDA_TRY("cudaEventRecord (batch list)", cudaEventRecord(b.uploaded, s));
-    FLAGCX_CUDA_TRY("batched copy kernel launch", launchCopyBatch(b.dev, static_cast<unsigned>(k), s));
+    FLAGCX_CUDA_TRY("batched copy kernel launch", launchCopyBatch(d, static_cast<unsigned>(k), s, smCount(dev)));
     return flagcxSuccess;
   }
   flagcxResult_t flush() override { return syncInternal(internalStream(currentDevice()), "engine"); }
@@ -462,7 +463,7 @@ class CudaAdapter final : public DeviceAdapter {
     BatchChunk none{buf, buf + 64, 0};  // the batched copy kernel, moving nothing
     if (cudaMemcpyAsync(buf + 8192, &none, sizeof(none), cudaMemcpyHostToDevice, s) != cudaSuccess ||
         cudaStreamSynchronize(s) != cudaSuccess ||
-        launchCopyBatch(reinterpret_cast<const BatchChunk *>(buf + 8192), 1, s) != cudaSuccess)
+        launchCopyBatch(reinterpret_cast<const BatchChunk *>(buf + 8192), 1, s, smCount(dev)) != cudaSuccess)
       res = flagcxUnhandledDeviceError;
     cudaError_t e = cudaStreamSynchronize(s);
     cudaFree(buf);

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -505,35 +506,41 @@ cudaError_t launchDivide(void *dst, const void *src, size_t count, flagcxDataTyp
 }
 
 namespace {
-// One block per chunk: bytes up to the first 16-byte boundary one by one, the
-// body in 16-byte vectors (four loads in flight per thread before the
-// stores), the tail one by one.  src and dst share their offset mod 16.
-__global__ void __launch_bounds__(kThreads) copyBatchKernel(const BatchChunk *chunks) {
-  const BatchChunk c = chunks[blockIdx.x];
-  const size_t head = min(c.bytes, static_cast<size_t>((16 - (reinterpret_cast<uintptr_t>(c.src) & 15)) & 15));
-  const size_t nvec = (c.bytes - head) / 16;
-  const size_t tail = head + nvec * 16;
-  const unsigned t = threadIdx.x;
-  if (t < head) c.dst[t] = c.src[t];
-  if (tail + t < c.bytes) c.dst[tail + t] = c.src[tail + t];
-  const uint4 *vs = reinterpret_cast<const uint4 *>(c.src + head);
-  uint4 *vd = reinterpret_cast<uint4 *>(c.dst + head);
-  constexpr int U = 4;
-  size_t i = t;
-  for (; i + (U - 1) * kThreads < nvec; i += U * kThreads) {
-    uint4 x[U];
+// Each block takes chunks blockIdx.x, + gridDim.x, ... (a resident grid: a
+// block per chunk spent more time being scheduled than copying 32 KiB):
+// bytes up to the first 16-byte boundary one by one, the body in 16-byte
+// vectors (four loads in flight per thread before the stores), the tail one
+// by one.  src and dst share their offset mod 16.
+__global__ void __launch_bounds__(kThreads) copyBatchKernel(const BatchChunk *chunks, unsigned n) {
+  for (unsigned k = blockIdx.x; k < n; k += gridDim.x) {
+    const BatchChunk c = chunks[k];
+    const size_t head =
+        min(c.bytes, static_cast<size_t>((16 - (reinterpret_cast<uintptr_t>(c.src) & 15)) & 15));
+    const size_t nvec = (c.bytes - head) / 16;
+    const size_t tail = head + nvec * 16;
+    const unsigned t = threadIdx.x;
+    if (t < head) c.dst[t] = c.src[t];
+    if (tail + t < c.bytes) c.dst[tail + t] = c.src[tail + t];
+    const uint4 *vs = reinterpret_cast<const uint4 *>(c.src + head);
+    uint4 *vd = reinterpret_cast<uint4 *>(c.dst + head);
+    constexpr int U = 4;
+    size_t i = t;
+    for (; i + (U - 1) * kThreads < nvec; i += U * kThreads) {
+      uint4 x[U];
 #pragma unroll
-    for (int u = 0; u < U; u++) x[u] = vs[i + u * kThreads];
+      for (int u = 0; u < U; u++) x[u] = vs[i + u * kThreads];
 #pragma unroll
-    for (int u = 0; u < U; u++) vd[i + u * kThreads] = x[u];
+      for (int u = 0; u < U; u++) vd[i + u * kThreads] = x[u];
+    }
+    for (; i < nvec; i += kThreads) vd[i] = vs[i];
   }
-  for (; i < nvec; i += kThreads) vd[i] = vs[i];
 }
 }  // namespace
 
-cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t s) {
+cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t s, int smCount) {
   if (n == 0) return cudaSuccess;
-  copyBatchKernel<<<n, kThreads, 0, s>>>(chunks);
+  unsigned grid = std::min<unsigned>(n, static_cast<unsigned>(smCount > 0 ? smCount : 1) * 4);
+  copyBatchKernel<<<grid, kThreads, 0, s>>>(chunks, n);
   return cudaGetLastError();
 }
 

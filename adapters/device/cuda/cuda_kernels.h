@@ -46,7 +46,7 @@ struct BatchChunk {
 };
 constexpr size_t kBatchChunkBytes = 64 << 10;
 // Copy every chunk of `chunks` (device-readable memory holding n entries) in
-// one launch: one block per chunk.
-cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t stream);
+// one launch of at most 4 blocks per multiprocessor.
+cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t stream, int smCount);
 
 }  // namespace flagcx::cuda
