@@ -217,10 +217,11 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
 // Buffers that flagcx's checks would refuse (NULL with a count) take the
 // usual path, which reports them.
 template <class F>
-inline bool direct(ncclComm *c, F f, size_t count, const void *a, const void *b) {
-  return c && c->magic == ncclComm::kMagic && f &&
-         c->state.load(std::memory_order_acquire) == ncclComm::kReady &&
-         (count == 0 || (a && b));
+inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const void *b) {
+  if (!c || c->magic != ncclComm::kMagic ||
+      c->state.load(std::memory_order_acquire) != ncclComm::kReady || (count && (!a || !b)))
+    return nullptr;
+  return c->direct.*fn;
 }
 
 ncclResult_t directResult(const char *fn, ncclComm *c, ncclResult_t r) {
@@ -241,9 +242,9 @@ const int flagcxNcclDropin = 1;
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.allReduce : nullptr, count, sendbuff, recvbuff) && builtinOp(op))
-    return directResult("ncclAllReduce", comm, comm->direct.allReduce(sendbuff, recvbuff, count, datatype,
-                                                                       op, comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::allReduce, count, sendbuff, recvbuff); f && builtinOp(op))
+    return directResult("ncclAllReduce", comm,
+                        f(sendbuff, recvbuff, count, datatype, op, comm->direct.comm, stream));
   const char *fn = "ncclAllReduce";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -262,9 +263,9 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.reduce : nullptr, count, sendbuff, sendbuff) && builtinOp(op))
-    return directResult("ncclReduce", comm, comm->direct.reduce(sendbuff, recvbuff, count, datatype, op,
-                                                                 root, comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::reduce, count, sendbuff, sendbuff); f && builtinOp(op))
+    return directResult("ncclReduce", comm,
+                        f(sendbuff, recvbuff, count, datatype, op, root, comm->direct.comm, stream));
   const char *fn = "ncclReduce";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -284,11 +285,10 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.reduceScatter : nullptr, recvcount, sendbuff, recvbuff) &&
-      builtinOp(op))
+  if (auto f = direct(comm, &Direct::reduceScatter, recvcount, sendbuff, recvbuff);
+      f && builtinOp(op))
     return directResult("ncclReduceScatter", comm,
-                        comm->direct.reduceScatter(sendbuff, recvbuff, recvcount, datatype, op,
-                                                   comm->direct.comm, stream));
+                        f(sendbuff, recvbuff, recvcount, datatype, op, comm->direct.comm, stream));
   const char *fn = "ncclReduceScatter";
   flagcxComm_t fc;
   NCCLX_CHECK(enter(fn, comm, &fc));
@@ -316,9 +316,9 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   NCCLX_FOREIGN_COMM(ncclBroadcast, comm, sendbuff, recvbuff, count, datatype, root, comm, stream);
-  if (direct(comm, comm ? comm->direct.broadcast : nullptr, count, recvbuff, recvbuff))
-    return directResult("ncclBroadcast", comm, comm->direct.broadcast(sendbuff, recvbuff, count, datatype,
-                                                                       root, comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::broadcast, count, recvbuff, recvbuff); f)
+    return directResult("ncclBroadcast", comm,
+                        f(sendbuff, recvbuff, count, datatype, root, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclBroadcast");
   return fromFlagcx("ncclBroadcast",
                     flagcxBroadcast(sendbuff, recvbuff, count, ft, root, fc, fs));
@@ -326,63 +326,63 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
 
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
                        ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.broadcast : nullptr, count, buff, buff))
-    return directResult("ncclBcast", comm, comm->direct.broadcast(buff, buff, count, datatype, root,
-                                                                   comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::broadcast, count, buff, buff); f)
+    return directResult("ncclBcast", comm,
+                        f(buff, buff, count, datatype, root, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclBcast");
   return fromFlagcx("ncclBcast", flagcxBroadcast(buff, buff, count, ft, root, fc, fs));
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.allGather : nullptr, sendcount, sendbuff, recvbuff))
-    return directResult("ncclAllGather", comm, comm->direct.allGather(sendbuff, recvbuff, sendcount, datatype,
-                                                                       comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::allGather, sendcount, sendbuff, recvbuff); f)
+    return directResult("ncclAllGather", comm,
+                        f(sendbuff, recvbuff, sendcount, datatype, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclAllGather");
   return fromFlagcx("ncclAllGather", flagcxAllGather(sendbuff, recvbuff, sendcount, ft, fc, fs));
 }
 
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.alltoAll : nullptr, count, sendbuff, recvbuff))
-    return directResult("ncclAlltoAll", comm, comm->direct.alltoAll(sendbuff, recvbuff, count, datatype,
-                                                                     comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::alltoAll, count, sendbuff, recvbuff); f)
+    return directResult("ncclAlltoAll", comm,
+                        f(sendbuff, recvbuff, count, datatype, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclAlltoAll");
   return fromFlagcx("ncclAlltoAll", flagcxAlltoAll(sendbuff, recvbuff, count, ft, fc, fs));
 }
 
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.gather : nullptr, count, sendbuff, sendbuff))
-    return directResult("ncclGather", comm, comm->direct.gather(sendbuff, recvbuff, count, datatype, root,
-                                                                 comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::gather, count, sendbuff, sendbuff); f)
+    return directResult("ncclGather", comm,
+                        f(sendbuff, recvbuff, count, datatype, root, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclGather");
   return fromFlagcx("ncclGather", flagcxGather(sendbuff, recvbuff, count, ft, root, fc, fs));
 }
 
 ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.scatter : nullptr, count, recvbuff, recvbuff))
-    return directResult("ncclScatter", comm, comm->direct.scatter(sendbuff, recvbuff, count, datatype, root,
-                                                                   comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::scatter, count, recvbuff, recvbuff); f)
+    return directResult("ncclScatter", comm,
+                        f(sendbuff, recvbuff, count, datatype, root, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclScatter");
   return fromFlagcx("ncclScatter", flagcxScatter(sendbuff, recvbuff, count, ft, root, fc, fs));
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.send : nullptr, count, sendbuff, sendbuff))
-    return directResult("ncclSend", comm, comm->direct.send(sendbuff, count, datatype, peer,
-                                                             comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::send, count, sendbuff, sendbuff); f)
+    return directResult("ncclSend", comm,
+                        f(sendbuff, count, datatype, peer, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclSend");
   return fromFlagcx("ncclSend", flagcxSend(sendbuff, count, ft, peer, fc, fs));
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
-  if (direct(comm, comm ? comm->direct.recv : nullptr, count, recvbuff, recvbuff))
-    return directResult("ncclRecv", comm, comm->direct.recv(recvbuff, count, datatype, peer,
-                                                             comm->direct.comm, stream));
+  if (auto f = direct(comm, &Direct::recv, count, recvbuff, recvbuff); f)
+    return directResult("ncclRecv", comm,
+                        f(recvbuff, count, datatype, peer, comm->direct.comm, stream));
   MOVE_PROLOGUE("ncclRecv");
   return fromFlagcx("ncclRecv", flagcxRecv(recvbuff, count, ft, peer, fc, fs));
 }
