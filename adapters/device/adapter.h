@@ -103,6 +103,11 @@ class DeviceAdapter {
     return flagcxSuccess;
   }
   virtual flagcxResult_t flush() { return flagcxSuccess; }
+  // A file descriptor naming device memory [p, p+len) for a NIC (a dma-buf,
+  // for RDMA registration): the fd covers whole host pages, *offset is where
+  // p lies in it.  -1 when the memory or the adapter has none.  The caller
+  // closes the fd.
+  virtual int exportDmabuf(const void * /*p*/, size_t /*len*/, uint64_t * /*offset*/) { return -1; }
   // Pipelined host staging (src/exec/staging.cc): page-locked host memory,
   // and marks in the private stream's order.  `mark` returns a number for
   // "everything issued so far"; `reached` says, without waiting, whether all

@@ -3,8 +3,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
+#include "adapters/device/adapter.h"
 #include "base/log.h"
+#include "flagcx_config.h"
 #include "rendezvous/bootstrap.h"
 
 namespace flagcx {
@@ -13,6 +16,30 @@ constexpr uint32_t kTagAddr = 0x69627201;  // bootstrap tags "ibr" 1, 2
 constexpr uint32_t kTagAck = 0x69627202;
 constexpr uint64_t kChunk = uint64_t{1} << 30;  // a work request's length is 32 bits
 constexpr size_t kScratch = 4096;               // fetch-add result slots
+
+// Device memory goes to the NIC as a dma-buf where the GPU driver and
+// rdma-core both allow it; otherwise ibv_reg_mr on the device pointer, which
+// works where a peer-memory module (nvidia-peermem) is loaded, and fails
+// cleanly where none is.  Host memory: ibv_reg_mr.  Never run with a GPU and
+// an RDMA NIC together (docs/RDMA.md).
+flagcxResult_t registerAny(rdma::Device &dev, void *addr, size_t len, uint32_t access,
+                           std::unique_ptr<rdma::Mr> *out) {
+#if FLAGCX_HAVE_CUDA
+  DeviceAdapter *cuda = cudaAdapter();
+  if (cuda && cuda->isDeviceMemory(addr)) {
+    uint64_t offset = 0;
+    int fd = cuda->exportDmabuf(addr, len, &offset);
+    if (fd >= 0) {
+      flagcxResult_t r = dev.regDmabuf(fd, offset, addr, len, access, out);
+      close(fd);
+      if (r == flagcxSuccess) return r;
+    }
+    INFO(kNet, "ib: %zu bytes of device memory at %p: no dma-buf registration, trying ibv_reg_mr "
+         "(peer memory)", len, addr);
+  }
+#endif
+  return dev.regMr(addr, len, access, out);
+}
 }  // namespace
 
 flagcxResult_t IbRma::create(std::shared_ptr<rdma::Device> dev, Bootstrap &bs,
@@ -68,7 +95,7 @@ bool IbRma::serves(int peer) const {
 
 flagcxResult_t IbRma::expose(void *base, uint64_t size, uint32_t *rkey) {
   std::unique_ptr<rdma::Mr> mr;
-  FLAGCX_CHECK(dev_->regMr(base, size,
+  FLAGCX_CHECK(registerAny(*dev_, base, size,
                            rdma::kLocalWrite | rdma::kRemoteWrite | rdma::kRemoteRead |
                                rdma::kRemoteAtomic,
                            &mr));
@@ -88,7 +115,7 @@ void IbRma::withdraw(void *base) {
 flagcxResult_t IbRma::post(int peer, rdma::SendWr wr, const void *local, uint64_t len,
                            bool remoteIn) {
   std::unique_ptr<rdma::Mr> mr;
-  FLAGCX_CHECK(dev_->regMr(const_cast<void *>(local), len, remoteIn ? rdma::kLocalWrite : 0, &mr));
+  FLAGCX_CHECK(registerAny(*dev_, const_cast<void *>(local), len, remoteIn ? rdma::kLocalWrite : 0, &mr));
   rdma::Qp &qp = *qps_[static_cast<size_t>(peer)];
   uint64_t done = 0;
   const uint64_t remote = wr.remote;

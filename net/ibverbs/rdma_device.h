@@ -114,6 +114,16 @@ class Device {
   virtual const PortInfo &port() const = 0;
   virtual flagcxResult_t regMr(void *addr, size_t length, uint32_t access,
                                std::unique_ptr<Mr> *out) = 0;
+  // Register `length` bytes that this process addresses at `addr` and that
+  // file descriptor `fd` names from `offset` on: a dma-buf a GPU driver
+  // exports for device memory, which the NIC then reads and writes directly
+  // (ibv_reg_dmabuf_mr).  The caller keeps `fd` (it may close it once this
+  // returns).  Devices that cannot: flagcxInternalError, nothing logged.
+  virtual flagcxResult_t regDmabuf(int /*fd*/, uint64_t /*offset*/, void * /*addr*/,
+                                   size_t /*length*/, uint32_t /*access*/,
+                                   std::unique_ptr<Mr> * /*out*/) {
+    return flagcxInternalError;
+  }
   virtual flagcxResult_t createQp(std::unique_ptr<Qp> *out) = 0;
 };
 

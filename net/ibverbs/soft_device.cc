@@ -95,15 +95,12 @@ struct MrTable {
   std::mutex mu;
   std::map<uint32_t, Mr *> byKey;
   uint32_t nextKey = 0x100;
-  // Does [addr, addr+len) lie inside region `key` with `need` access?
+  // Where this device reaches [addr, addr+len) of region `key` with `need`
+  // access; nullptr when the region does not cover it.  A region registered
+  // from a file descriptor is reached through the device's own mapping of it.
+  char *resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need);
   bool check(uint32_t key, uint64_t addr, uint64_t len, uint32_t need) {
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = byKey.find(key);
-    if (it == byKey.end()) return false;
-    const Mr *m = it->second;
-    uint64_t lo = reinterpret_cast<uint64_t>(m->addr);
-    return (m->access & need) == need && addr >= lo && len <= m->length &&
-           addr - lo <= m->length - len;
+    return resolve(key, addr, len, need) != nullptr;
   }
 };
 
@@ -111,13 +108,29 @@ class SoftMr final : public Mr {
  public:
   explicit SoftMr(std::shared_ptr<MrTable> t) : table_(std::move(t)) {}
   ~SoftMr() override {
-    std::lock_guard<std::mutex> lk(table_->mu);
-    table_->byKey.erase(lkey);
+    {
+      std::lock_guard<std::mutex> lk(table_->mu);
+      table_->byKey.erase(lkey);
+    }
+    if (mapped) munmap(mapped - mapSkew, length + mapSkew);
   }
+  char *mapped = nullptr;  // regDmabuf: the device's view of the bytes
+  size_t mapSkew = 0;      // mapped - the page-aligned start of the mapping
 
  private:
   std::shared_ptr<MrTable> table_;
 };
+
+char *MrTable::resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need) {
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = byKey.find(key);
+  if (it == byKey.end()) return nullptr;
+  const auto *m = static_cast<const SoftMr *>(it->second);
+  uint64_t lo = reinterpret_cast<uint64_t>(m->addr);
+  if ((m->access & need) != need || addr < lo || len > m->length || addr - lo > m->length - len)
+    return nullptr;
+  return m->mapped ? m->mapped + (addr - lo) : reinterpret_cast<char *>(addr);
+}
 
 // A mapped ring; the creator unlinks the name once the peer has opened it.
 struct Ring {
@@ -251,12 +264,15 @@ class SoftQp final : public Qp {
     bool atomic = wr.op == Opcode::FetchAdd || wr.op == Opcode::CompSwap;
     uint32_t need = wr.op == Opcode::Read || atomic ? uint32_t{kLocalWrite} : 0u;
     uint64_t len = atomic ? 8 : wr.length;
-    if ((len > 0 || atomic) &&
-        !mrs_->check(wr.lkey, reinterpret_cast<uint64_t>(wr.local), len, need)) {
-      WARN(kNet, "ib software device: %s of %" PRIu64 " bytes at %p: lkey 0x%x does not cover it",
-           opcodeName(wr.op), len, wr.local, wr.lkey);
-      fail(WcStatus::LocalProtection);
-      return flagcxSuccess;
+    if (len > 0 || atomic) {
+      char *at = mrs_->resolve(wr.lkey, reinterpret_cast<uint64_t>(wr.local), len, need);
+      if (!at) {
+        WARN(kNet, "ib software device: %s of %" PRIu64 " bytes at %p: lkey 0x%x does not cover it",
+             opcodeName(wr.op), len, wr.local, wr.lkey);
+        fail(WcStatus::LocalProtection);
+        return flagcxSuccess;
+      }
+      p.wr.local = at;  // the device's view (differs for a region registered by fd)
     }
     pushPending();  // the doorbell: the request starts now if the ring has room
     return flagcxSuccess;
@@ -406,12 +422,13 @@ class SoftQp final : public Qp {
     if (m.op == Opcode::WriteImm && m.last && rq_.empty() && !discard_) return false;  // RNR
     Msg r{};
     if (m.op == Opcode::Write || m.op == Opcode::WriteImm) {
-      if (!discard_ && !mrs_->check(m.rkey, m.remote, m.length, kRemoteWrite)) {
+      char *at = discard_ ? nullptr : mrs_->resolve(m.rkey, m.remote, m.length, kRemoteWrite);
+      if (!discard_ && !at) {
         WARN(kNet, "ib software device: the peer's %s of %u bytes to 0x%" PRIx64 " refused (rkey 0x%x)",
              opcodeName(m.op), m.length, m.remote, m.rkey);
         discard_ = true;
       }
-      if (!discard_) copyOut(body, reinterpret_cast<void *>(m.remote), m.length);
+      if (!discard_) copyOut(body, at, m.length);
       inLen_ += m.length;
       if (!m.last) return true;
       uint64_t len = inLen_;
@@ -427,24 +444,26 @@ class SoftQp final : public Qp {
       return true;
     }
     if (m.op == Opcode::Read) {
-      if (!mrs_->check(m.rkey, m.remote, m.b, kRemoteRead)) {
+      const char *at = mrs_->resolve(m.rkey, m.remote, m.b, kRemoteRead);
+      if (!at) {
         WARN(kNet, "ib software device: the peer's read of %" PRIu64 " bytes at 0x%" PRIx64 " refused (rkey 0x%x)",
              m.b, m.remote, m.rkey);
         return refuse();
       }
       r.kind = Kind::ReadData;
       r.length = static_cast<uint32_t>(m.b);
-      owed_.push_back(Owed{r, reinterpret_cast<const char *>(m.remote), 0});
+      owed_.push_back(Owed{r, at, 0});
       if (m.b == 0) owed_.back().m.last = 1;
       return true;
     }
     // Atomics: 8 aligned bytes of a region that allows them.
-    if (m.remote % 8 != 0 || !mrs_->check(m.rkey, m.remote, 8, kRemoteAtomic)) {
+    char *at = m.remote % 8 != 0 ? nullptr : mrs_->resolve(m.rkey, m.remote, 8, kRemoteAtomic);
+    if (!at) {
       WARN(kNet, "ib software device: the peer's %s at 0x%" PRIx64 " refused (rkey 0x%x)",
            opcodeName(m.op), m.remote, m.rkey);
       return refuse();
     }
-    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t *>(m.remote));
+    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t *>(at));
     uint64_t old;
     if (m.op == Opcode::FetchAdd) {
       old = word.fetch_add(m.a);
@@ -542,15 +561,31 @@ class SoftDevice final : public Device {
       WARN(kNet, "ib software device: cannot register %zu bytes at %p", length, addr);
       return flagcxInvalidArgument;
     }
+    return add(std::make_unique<SoftMr>(mrs_), addr, length, access, out);
+  }
+
+  // A region named by a file descriptor (in tests a memfd standing in for a
+  // GPU's dma-buf): the device maps it, and reaches the bytes through that
+  // mapping, never through `addr`.
+  flagcxResult_t regDmabuf(int fd, uint64_t offset, void *addr, size_t length, uint32_t access,
+                           std::unique_ptr<Mr> *out) override {
+    if (fd < 0 || addr == nullptr || length == 0) {
+      WARN(kNet, "ib software device: cannot register %zu bytes of fd %d at %p", length, fd, addr);
+      return flagcxInvalidArgument;
+    }
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t skew = offset % page;
+    void *m = mmap(nullptr, length + skew, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   static_cast<off_t>(offset - skew));
+    if (m == MAP_FAILED) {
+      WARN(kNet, "ib software device: mapping %zu bytes of fd %d at offset %" PRIu64 " failed: %s",
+           length, fd, offset, strerror(errno));
+      return flagcxSystemError;
+    }
     auto mr = std::make_unique<SoftMr>(mrs_);
-    mr->addr = addr;
-    mr->length = length;
-    mr->access = access | kLocalWrite;
-    std::lock_guard<std::mutex> lk(mrs_->mu);
-    mr->lkey = mr->rkey = mrs_->nextKey++;
-    mrs_->byKey[mr->lkey] = mr.get();
-    *out = std::move(mr);
-    return flagcxSuccess;
+    mr->mapped = static_cast<char *>(m) + skew;
+    mr->mapSkew = skew;
+    return add(std::move(mr), addr, length, access, out);
   }
 
   flagcxResult_t createQp(std::unique_ptr<Qp> *out) override {
@@ -561,6 +596,18 @@ class SoftDevice final : public Device {
   }
 
  private:
+  // Give `mr` its key and enter it in the table.
+  flagcxResult_t add(std::unique_ptr<SoftMr> mr, void *addr, size_t length, uint32_t access,
+                     std::unique_ptr<Mr> *out) {
+    mr->addr = addr;
+    mr->length = length;
+    mr->access = access | kLocalWrite;
+    std::lock_guard<std::mutex> lk(mrs_->mu);
+    mr->lkey = mr->rkey = mrs_->nextKey++;
+    mrs_->byKey[mr->lkey] = mr.get();
+    *out = std::move(mr);
+    return flagcxSuccess;
+  }
   std::shared_ptr<MrTable> mrs_;
   PortInfo port_;
 };

@@ -47,6 +47,8 @@ struct Api {
   ibv_qp *(*createQp)(ibv_pd *, ibv_qp_init_attr *);
   int (*modifyQp)(ibv_qp *, ibv_qp_attr *, int);
   int (*destroyQp)(ibv_qp *);
+  // Optional (rdma-core 34+): registration of a dma-buf (GPU memory).
+  ibv_mr *(*regDmabufMr)(ibv_pd *, uint64_t, size_t, uint64_t, int, int) = nullptr;
 };
 
 // Loads libibverbs once; null (with the reason) when it cannot.
@@ -87,6 +89,7 @@ const Api *api(std::string *why) {
     sym("ibv_create_qp", &a.createQp);
     sym("ibv_modify_qp", &a.modifyQp);
     sym("ibv_destroy_qp", &a.destroyQp);
+    a.regDmabufMr = reinterpret_cast<decltype(a.regDmabufMr)>(dlsym(h, "ibv_reg_dmabuf_mr"));
     if (ok) a.lib = h;
     else dlclose(h);
   });
@@ -341,14 +344,20 @@ class VerbsDevice final : public Device {
       WARN(kNet, "verbs: ibv_reg_mr of %zu bytes at %p failed: %s", length, addr, strerror(errno));
       return flagcxSystemError;
     }
-    auto mr = std::make_unique<VerbsMr>(c_, m);
-    mr->addr = addr;
-    mr->length = length;
-    mr->lkey = m->lkey;
-    mr->rkey = m->rkey;
-    mr->access = access;
-    *out = std::move(mr);
-    return flagcxSuccess;
+    return wrap(m, addr, length, access, out);
+  }
+  // The NIC addresses the region by `addr` (the iova), as with ibv_reg_mr.
+  flagcxResult_t regDmabuf(int fd, uint64_t offset, void *addr, size_t length, uint32_t access,
+                           std::unique_ptr<Mr> *out) override {
+    if (!c_->a->regDmabufMr) return flagcxInternalError;  // rdma-core older than 34
+    ibv_mr *m = c_->a->regDmabufMr(c_->pd, offset, length, reinterpret_cast<uint64_t>(addr), fd,
+                                   ibvAccess(access));
+    if (m == nullptr) {
+      INFO(kNet, "verbs: ibv_reg_dmabuf_mr of %zu bytes at %p (fd %d) failed: %s", length, addr,
+           fd, strerror(errno));
+      return flagcxInternalError;
+    }
+    return wrap(m, addr, length, access, out);
   }
   flagcxResult_t createQp(std::unique_ptr<Qp> *out) override {
     auto qp = std::make_unique<VerbsQp>(c_);
@@ -358,6 +367,17 @@ class VerbsDevice final : public Device {
   }
 
  private:
+  flagcxResult_t wrap(ibv_mr *m, void *addr, size_t length, uint32_t access,
+                      std::unique_ptr<Mr> *out) {
+    auto mr = std::make_unique<VerbsMr>(c_, m);
+    mr->addr = addr;
+    mr->length = length;
+    mr->lkey = m->lkey;
+    mr->rkey = m->rkey;
+    mr->access = access;
+    *out = std::move(mr);
+    return flagcxSuccess;
+  }
   std::shared_ptr<Ctx> c_;
   PortInfo port_;
 };

@@ -5,6 +5,7 @@
 // against ibv_get_device_list (skipped, with the reason, without a device).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -234,6 +235,115 @@ TEST(SoftDevice, KeyAndRangeChecks) {
     RANK_EXPECT(s.qp[2]->postSend(w) == flagcxSuccess, "post");
     RANK_EXPECT(waitOne(s.qp[2].get(), &c) && c.status == WcStatus::LocalProtection, "local: %s",
              wcStatusName(c.status));
+    RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  });
+  EXPECT_TRUE(out.allOk()) << out.describe();
+  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+}
+
+// Regions registered from a file descriptor (regDmabuf; a memfd stands in
+// for a GPU's dma-buf): the peers address them by the iova given at
+// registration, which here is a number that is not mapped in either process,
+// so every byte must go through the device's own mapping of the fd: a write
+// and a read from such a region on one side into one on the other, a
+// fetch-add, and a write past the region's end refused.
+TEST(SoftDevice, RegionsRegisteredByFd) {
+  auto out = harness::run(2, [](int rank, int nranks, flagcxUniqueId *idp) {
+    const flagcxUniqueId &id = *idp;
+    int failures = 0;
+    Side s;
+    if (!connectSides(&s, rank, nranks, id, 2)) return 1;
+    constexpr size_t kLen = 256 << 10, kOff = 8192 + 40;  // a region that starts mid-page
+    int fd = memfd_create("flagcx-dmabuf-test", 0);
+    RANK_EXPECT(fd >= 0 && ftruncate(fd, kOff + kLen) == 0, "memfd");
+    if (failures) return failures;
+    auto *view = static_cast<char *>(mmap(nullptr, kOff + kLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    RANK_EXPECT(view != MAP_FAILED, "mmap");
+    if (failures) return failures;
+    void *iova = reinterpret_cast<void *>(uintptr_t{0x5a0000000000} + rank * (uintptr_t{1} << 32) + 40);
+    std::unique_ptr<Mr> mr;
+    RANK_EXPECT(s.dev->regDmabuf(fd, kOff, iova, kLen, kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic,
+                                 &mr) == flagcxSuccess, "regDmabuf");
+    close(fd);  // the registration keeps its own mapping
+    if (failures) return failures;
+    uint64_t keys[2] = {reinterpret_cast<uint64_t>(iova), mr->rkey}, peer[2] = {};
+    int other = 1 - rank;
+    RANK_EXPECT(s.bs->send(other, kTagInfo + 1, keys, sizeof keys) == flagcxSuccess &&
+                    s.bs->recv(other, kTagInfo + 1, peer, sizeof peer) == flagcxSuccess, "exchange");
+    char *mine = view + kOff;
+    if (rank == 1) {  // the target serves (polls) until the refused write ends queue pair 1
+      auto until = Clock::now() + std::chrono::seconds(60);
+      Completion cs[8];
+      while (Clock::now() < until && s.qp[1]->state() != QpState::Error)
+        for (int q = 0; q < 2; q++) s.qp[q]->poll(cs, 8);
+      RANK_EXPECT(s.qp[1]->state() == QpState::Error, "the write past the end was not refused");
+      RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+      for (size_t i = 0; i < 128 << 10; i++)
+        if (static_cast<uint8_t>(mine[4096 + i]) != pat(i)) {
+          RANK_EXPECT(false, "byte %zu of the written range wrong", i);
+          break;
+        }
+      uint64_t word;
+      memcpy(&word, mine + 64, 8);
+      RANK_EXPECT(word == 1000 + 7, "fetch-add left %llu", static_cast<unsigned long long>(word));
+      RANK_EXPECT(static_cast<uint8_t>(mine[kLen - 1]) == 0, "the last byte was written");
+      RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+      return failures;
+    }
+    // Rank 0: its source is its own fd region, reached by iova too.
+    for (size_t i = 0; i < 128 << 10; i++) mine[i] = static_cast<char>(pat(i));
+    Completion c;
+    SendWr w;
+    w.op = Opcode::Write;
+    w.wrId = 1;
+    w.local = iova;
+    w.lkey = mr->lkey;
+    w.length = 128 << 10;
+    w.remote = peer[0] + 4096;
+    w.rkey = static_cast<uint32_t>(peer[1]);
+    RANK_EXPECT(s.qp[0]->postSend(w) == flagcxSuccess, "write");
+    RANK_EXPECT(waitOne(s.qp[0].get(), &c) && c.wrId == 1 && c.status == WcStatus::Success, "write: %s",
+                wcStatusName(c.status));
+    SendWr r = w;  // read it back into the upper half of this region
+    r.op = Opcode::Read;
+    r.wrId = 2;
+    r.local = static_cast<char *>(iova) + (128 << 10);
+    RANK_EXPECT(s.qp[0]->postSend(r) == flagcxSuccess, "read");
+    RANK_EXPECT(waitOne(s.qp[0].get(), &c) && c.wrId == 2 && c.status == WcStatus::Success, "read: %s",
+                wcStatusName(c.status));
+    RANK_EXPECT(memcmp(mine + (128 << 10), mine, 128 << 10) == 0, "read-back differs");
+    uint64_t seed = 1000;
+    memcpy(mine + 64, &seed, 8);  // the peer's word is 0: write 1000 first, then add 7
+    SendWr w8 = w;
+    w8.wrId = 3;
+    w8.local = static_cast<char *>(iova) + 64;
+    w8.length = 8;
+    w8.remote = peer[0] + 64;
+    RANK_EXPECT(s.qp[0]->postSend(w8) == flagcxSuccess, "word");
+    RANK_EXPECT(waitOne(s.qp[0].get(), &c) && c.wrId == 3 && c.status == WcStatus::Success, "word");
+    SendWr a;
+    a.op = Opcode::FetchAdd;
+    a.wrId = 4;
+    a.local = static_cast<char *>(iova) + 72;
+    a.lkey = mr->lkey;
+    a.length = 8;
+    a.remote = peer[0] + 64;
+    a.rkey = static_cast<uint32_t>(peer[1]);
+    a.compareAdd = 7;
+    RANK_EXPECT(s.qp[0]->postSend(a) == flagcxSuccess, "fetch-add");
+    RANK_EXPECT(waitOne(s.qp[0].get(), &c) && c.wrId == 4 && c.status == WcStatus::Success, "fetch-add");
+    uint64_t old = 0;
+    memcpy(&old, mine + 72, 8);
+    RANK_EXPECT(old == 1000, "fetch-add returned %llu", static_cast<unsigned long long>(old));
+    // One byte past the end of the peer's region: refused, nothing written.
+    w.wrId = 5;
+    w.length = 2;
+    w.remote = peer[0] + kLen - 1;
+    RANK_EXPECT(s.qp[1]->postSend(w) == flagcxSuccess, "post");
+    RANK_EXPECT(waitOne(s.qp[1].get(), &c) && c.status == WcStatus::RemoteAccess, "past the end: %s",
+                wcStatusName(c.status));
+    RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
     RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
     return failures;
   });

@@ -15,6 +15,8 @@
 // The adapter's own copy/reduce/divide with a NULL stream (what the engine
 // calls from stream tasks) accept any mix of host and device pointers and
 // run through a private non-blocking stream, synchronously.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -383,6 +385,25 @@ class CudaAdapter final : public DeviceAdapter {
     return flagcxSuccess;
   }
   flagcxResult_t flush() override { return syncInternal(internalStream(currentDevice()), "engine"); }
+  // cuMemGetHandleForAddressRange wants host-page-aligned ends: the fd spans
+  // the pages around [p, p+len).  Never run with an RDMA NIC (docs/RDMA.md).
+  int exportDmabuf(const void *p, size_t len, uint64_t *offset) override {
+    const Driver &d = driver();
+    if (!d.memGetHandleForAddressRange || !p || !len || where(p) != Where::Device) return -1;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + len + page - 1) & ~(page - 1);
+    int fd = -1;
+    CUresult r = d.memGetHandleForAddressRange(&fd, static_cast<CUdeviceptr>(lo), hi - lo,
+                                               CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS || fd < 0) {
+      INFO(kNet, "cuMemGetHandleForAddressRange(dma-buf) of %zu bytes at %p failed (CUresult %d)",
+           static_cast<size_t>(hi - lo), reinterpret_cast<void *>(lo), static_cast<int>(r));
+      return -1;
+    }
+    *offset = reinterpret_cast<uintptr_t>(p) - lo;
+    return fd;
+  }
 
   flagcxResult_t allocPinned(void **p, size_t bytes) override {
     FLAGCX_CUDA_TRY("cudaHostAlloc (engine staging)", cudaHostAlloc(p, bytes, cudaHostAllocPortable));

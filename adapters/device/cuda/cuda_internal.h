@@ -102,6 +102,8 @@ Where where(const void *p);
 struct Driver {
   CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*memGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) = nullptr;
+  CUresult (*memGetHandleForAddressRange)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+                                          unsigned long long) = nullptr;
 };
 const Driver &driver();
 

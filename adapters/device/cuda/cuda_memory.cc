@@ -106,6 +106,10 @@ const Driver &driver() {
     if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q) ==
             cudaSuccess && q == cudaDriverEntryPointSuccess && fn)
       r.memGetAddressRange = reinterpret_cast<decltype(r.memGetAddressRange)>(fn);
+    fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess && q == cudaDriverEntryPointSuccess && fn)
+      r.memGetHandleForAddressRange = reinterpret_cast<decltype(r.memGetHandleForAddressRange)>(fn);
     cudaGetLastError();
     return r;
   }();
