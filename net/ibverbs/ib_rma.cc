@@ -25,8 +25,10 @@ constexpr size_t kScratch = 4096;               // fetch-add result slots
 flagcxResult_t registerAny(rdma::Device &dev, void *addr, size_t len, uint32_t access,
                            std::unique_ptr<rdma::Mr> *out) {
 #if FLAGCX_HAVE_CUDA
-  DeviceAdapter *cuda = cudaAdapter();
-  if (cuda && cuda->isDeviceMemory(addr)) {
+  // Only where this process drives CUDA (FLAGCX_DEVICE): asking CUDA about a
+  // pointer would otherwise start it in a host-only process.
+  DeviceAdapter *cuda = selectedAdapter();
+  if (cuda && cuda->kind() == DeviceKind::Cuda && cuda->isDeviceMemory(addr)) {
     uint64_t offset = 0;
     int fd = cuda->exportDmabuf(addr, len, &offset);
     if (fd >= 0) {
