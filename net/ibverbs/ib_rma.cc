@@ -5,9 +5,7 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "adapters/device/adapter.h"
 #include "base/log.h"
-#include "flagcx_config.h"
 #include "rendezvous/bootstrap.h"
 
 namespace flagcx {
@@ -17,31 +15,6 @@ constexpr uint32_t kTagAck = 0x69627202;
 constexpr uint64_t kChunk = uint64_t{1} << 30;  // a work request's length is 32 bits
 constexpr size_t kScratch = 4096;               // fetch-add result slots
 
-// Device memory goes to the NIC as a dma-buf where the GPU driver and
-// rdma-core both allow it; otherwise ibv_reg_mr on the device pointer, which
-// works where a peer-memory module (nvidia-peermem) is loaded, and fails
-// cleanly where none is.  Host memory: ibv_reg_mr.  Never run with a GPU and
-// an RDMA NIC together (docs/RDMA.md).
-flagcxResult_t registerAny(rdma::Device &dev, void *addr, size_t len, uint32_t access,
-                           std::unique_ptr<rdma::Mr> *out) {
-#if FLAGCX_HAVE_CUDA
-  // Only where this process drives CUDA (FLAGCX_DEVICE): asking CUDA about a
-  // pointer would otherwise start it in a host-only process.
-  DeviceAdapter *cuda = selectedAdapter();
-  if (cuda && cuda->kind() == DeviceKind::Cuda && cuda->isDeviceMemory(addr)) {
-    uint64_t offset = 0;
-    int fd = cuda->exportDmabuf(addr, len, &offset);
-    if (fd >= 0) {
-      flagcxResult_t r = dev.regDmabuf(fd, offset, addr, len, access, out);
-      close(fd);
-      if (r == flagcxSuccess) return r;
-    }
-    INFO(kNet, "ib: %zu bytes of device memory at %p: no dma-buf registration, trying ibv_reg_mr "
-         "(peer memory)", len, addr);
-  }
-#endif
-  return dev.regMr(addr, len, access, out);
-}
 }  // namespace
 
 flagcxResult_t IbRma::create(std::shared_ptr<rdma::Device> dev, Bootstrap &bs,
@@ -90,6 +63,26 @@ IbRma::~IbRma() {
   free(scratch_);
 }
 
+// Device memory goes to the NIC as a dma-buf where the GPU driver and
+// rdma-core both allow it; otherwise ibv_reg_mr on the device pointer, which
+// works where a peer-memory module (nvidia-peermem) is loaded and fails
+// cleanly where none is.  Never run with a GPU and an RDMA NIC together
+// (docs/RDMA.md).
+flagcxResult_t IbRma::registerAny(void *addr, size_t len, uint32_t access,
+                                  std::unique_ptr<rdma::Mr> *out) {
+  uint64_t offset = 0;
+  int fd = dmabuf ? dmabuf(addr, len, &offset) : -2;
+  if (fd >= 0) {
+    flagcxResult_t r = dev_->regDmabuf(fd, offset, addr, len, access, out);
+    close(fd);
+    if (r == flagcxSuccess) return r;
+  }
+  if (fd != -2)
+    INFO(kNet, "ib: %zu bytes of device memory at %p: no dma-buf registration, trying ibv_reg_mr "
+         "(peer memory)", len, addr);
+  return dev_->regMr(addr, len, access, out);
+}
+
 bool IbRma::serves(int peer) const {
   return peer >= 0 && static_cast<size_t>(peer) < qps_.size() &&
          qps_[static_cast<size_t>(peer)] != nullptr;
@@ -97,7 +90,7 @@ bool IbRma::serves(int peer) const {
 
 flagcxResult_t IbRma::expose(void *base, uint64_t size, uint32_t *rkey) {
   std::unique_ptr<rdma::Mr> mr;
-  FLAGCX_CHECK(registerAny(*dev_, base, size,
+  FLAGCX_CHECK(registerAny(base, size,
                            rdma::kLocalWrite | rdma::kRemoteWrite | rdma::kRemoteRead |
                                rdma::kRemoteAtomic,
                            &mr));
@@ -117,7 +110,7 @@ void IbRma::withdraw(void *base) {
 flagcxResult_t IbRma::post(int peer, rdma::SendWr wr, const void *local, uint64_t len,
                            bool remoteIn) {
   std::unique_ptr<rdma::Mr> mr;
-  FLAGCX_CHECK(registerAny(*dev_, const_cast<void *>(local), len, remoteIn ? rdma::kLocalWrite : 0, &mr));
+  FLAGCX_CHECK(registerAny(const_cast<void *>(local), len, remoteIn ? rdma::kLocalWrite : 0, &mr));
   rdma::Qp &qp = *qps_[static_cast<size_t>(peer)];
   uint64_t done = 0;
   const uint64_t remote = wr.remote;

@@ -5,6 +5,7 @@
 // thread-safe); expose/withdraw may come from any thread.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,12 @@ class IbRma {
   static flagcxResult_t create(std::shared_ptr<rdma::Device> dev, Bootstrap &bs,
                                const std::vector<int> &peers, std::unique_ptr<IbRma> *out);
   ~IbRma();
+
+  // How device memory is named for the NIC, set by the layer that knows the
+  // device (src/core/onesided.cc): a dma-buf fd covering [p, p+len) with p's
+  // offset in it; -1 for device memory without one (then ibv_reg_mr, i.e.
+  // peer memory); -2 for host memory.  Unset: everything is host memory.
+  std::function<int(const void *p, size_t len, uint64_t *offset)> dmabuf;
 
   bool serves(int peer) const;
   // Register [base, base+size) for remote write, read and atomics.
@@ -46,6 +53,7 @@ class IbRma {
  private:
   IbRma() = default;
   flagcxResult_t post(int peer, rdma::SendWr wr, const void *local, uint64_t len, bool remoteIn);
+  flagcxResult_t registerAny(void *addr, size_t len, uint32_t access, std::unique_ptr<rdma::Mr> *out);
   flagcxResult_t transfer(rdma::Opcode op, int peer, const void *local, uint64_t len,
                           uint64_t raddr, uint32_t rkey, uint64_t id);
 

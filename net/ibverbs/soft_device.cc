@@ -40,6 +40,7 @@
 #include "base/log.h"
 #include "net/common/proc_alive.h"
 #include "net/ibverbs/rdma_device.h"
+#include "net/ibverbs/soft_mr.h"
 #include "rendezvous/socket.h"
 
 namespace flagcx::rdma {
@@ -89,48 +90,6 @@ struct AddrBlob {
   char name[64];
 };
 static_assert(sizeof(AddrBlob) <= sizeof(QpAddr::bytes));
-
-// The device's memory regions, looked up by key (lkey == rkey here).
-struct MrTable {
-  std::mutex mu;
-  std::map<uint32_t, Mr *> byKey;
-  uint32_t nextKey = 0x100;
-  // Where this device reaches [addr, addr+len) of region `key` with `need`
-  // access; nullptr when the region does not cover it.  A region registered
-  // from a file descriptor is reached through the device's own mapping of it.
-  char *resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need);
-  bool check(uint32_t key, uint64_t addr, uint64_t len, uint32_t need) {
-    return resolve(key, addr, len, need) != nullptr;
-  }
-};
-
-class SoftMr final : public Mr {
- public:
-  explicit SoftMr(std::shared_ptr<MrTable> t) : table_(std::move(t)) {}
-  ~SoftMr() override {
-    {
-      std::lock_guard<std::mutex> lk(table_->mu);
-      table_->byKey.erase(lkey);
-    }
-    if (mapped) munmap(mapped - mapSkew, length + mapSkew);
-  }
-  char *mapped = nullptr;  // regDmabuf: the device's view of the bytes
-  size_t mapSkew = 0;      // mapped - the page-aligned start of the mapping
-
- private:
-  std::shared_ptr<MrTable> table_;
-};
-
-char *MrTable::resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need) {
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = byKey.find(key);
-  if (it == byKey.end()) return nullptr;
-  const auto *m = static_cast<const SoftMr *>(it->second);
-  uint64_t lo = reinterpret_cast<uint64_t>(m->addr);
-  if ((m->access & need) != need || addr < lo || len > m->length || addr - lo > m->length - len)
-    return nullptr;
-  return m->mapped ? m->mapped + (addr - lo) : reinterpret_cast<char *>(addr);
-}
 
 // A mapped ring; the creator unlinks the name once the peer has opened it.
 struct Ring {
@@ -573,18 +532,12 @@ class SoftDevice final : public Device {
       WARN(kNet, "ib software device: cannot register %zu bytes of fd %d at %p", length, fd, addr);
       return flagcxInvalidArgument;
     }
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_t skew = offset % page;
-    void *m = mmap(nullptr, length + skew, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                   static_cast<off_t>(offset - skew));
-    if (m == MAP_FAILED) {
+    auto mr = std::make_unique<SoftMr>(mrs_);
+    if (!mr->map(fd, offset, length)) {
       WARN(kNet, "ib software device: mapping %zu bytes of fd %d at offset %" PRIu64 " failed: %s",
            length, fd, offset, strerror(errno));
       return flagcxSystemError;
     }
-    auto mr = std::make_unique<SoftMr>(mrs_);
-    mr->mapped = static_cast<char *>(m) + skew;
-    mr->mapSkew = skew;
     return add(std::move(mr), addr, length, access, out);
   }
 

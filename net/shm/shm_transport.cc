@@ -111,6 +111,14 @@ class ShmPipe final : public Pipe {
       }
       if (space == 0) return flagcxSuccess;
     }
+    // A large send goes into the ring with non-temporal stores: its lines are
+    // not in this core's cache anyway, and the other core read them last; an
+    // ordinary store first fetches each line from there, which on this VM
+    // was sometimes 5-10x slower (docs/PERFORMANCE.md, session 10).
+    static const uint64_t streamMin = static_cast<uint64_t>(paramInt(Param::SHM_STREAM_BYTES));
+    uint64_t want = 0;
+    for (int i = 0; i < iovcnt; i++) want += iov[i].iov_len;
+    const bool stream = streamMin > 0 && want >= streamMin;
     size_t total = 0;
     for (int i = 0; i < iovcnt && space > 0; i++) {
       const char *src = static_cast<const char *>(iov[i].iov_base);
@@ -118,7 +126,8 @@ class ShmPipe final : public Pipe {
       while (left > 0 && space > 0) {
         uint64_t pos = txTail_ % txSize_;
         uint64_t n = std::min({left, space, txSize_ - pos, kChunk});
-        copyBytes(txData_ + pos, src, n);
+        if (stream) copyBytesStreaming(txData_ + pos, src, n);
+        else copyBytes(txData_ + pos, src, n);
         src += n;
         left -= n;
         space -= n;

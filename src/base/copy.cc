@@ -14,18 +14,29 @@ namespace {
 constexpr size_t kMemcpyBelow = 2048;  // glibc's own small-copy paths are fine
 
 #if defined(__x86_64__)
+// 128 bytes a round of unaligned 32-byte loads; the stores ordinary, or
+// non-temporal (Stream: the destination lines are written without being read
+// first — no ownership request to a cache that holds them — and end in
+// memory rather than in this core's cache; dst aligned to 32 first, and an
+// sfence orders them before any later store).
+template <bool Stream>
 __attribute__((target("avx2"))) void copyAvx2(char *d, const char *s, size_t n) {
   size_t i = 0;
-  for (; i + 128 <= n; i += 128) {
-    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i));
-    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i + 32));
-    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i + 64));
-    __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i + 96));
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i + 32), b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i + 64), c);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i + 96), e);
+  if (Stream) {
+    i = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+    if (i > n) i = n;
+    memcpy(d, s, i);
   }
+  for (; i + 128 <= n; i += 128) {
+    __m256i v[4];
+    for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i + 32 * k));
+    for (int k = 0; k < 4; k++) {
+      auto *p = reinterpret_cast<__m256i *>(d + i + 32 * k);
+      if (Stream) _mm256_stream_si256(p, v[k]);
+      else _mm256_storeu_si256(p, v[k]);
+    }
+  }
+  if (Stream) _mm_sfence();
   if (i < n) memcpy(d + i, s + i, n - i);  // under 128 bytes: no rep movsb
 }
 
@@ -45,11 +56,21 @@ bool haveAvx2() {
 void copyBytes(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)
   if (n >= kMemcpyBelow && haveAvx2()) {
-    copyAvx2(static_cast<char *>(dst), static_cast<const char *>(src), n);
+    copyAvx2<false>(static_cast<char *>(dst), static_cast<const char *>(src), n);
     return;
   }
 #endif
   memcpy(dst, src, n);
+}
+
+void copyBytesStreaming(void *dst, const void *src, size_t n) {
+#if defined(__x86_64__)
+  if (n >= kMemcpyBelow && haveAvx2()) {
+    copyAvx2<true>(static_cast<char *>(dst), static_cast<const char *>(src), n);
+    return;
+  }
+#endif
+  copyBytes(dst, src, n);
 }
 
 }  // namespace flagcx

@@ -18,5 +18,8 @@
 namespace flagcx {
 
 void copyBytes(void *dst, const void *src, size_t n);  // no overlap, like memcpy
+// copyBytes with non-temporal stores (AVX2), for large copies into memory
+// another core reads next; ordered before any later store.
+void copyBytesStreaming(void *dst, const void *src, size_t n);
 
 }  // namespace flagcx

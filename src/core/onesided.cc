@@ -121,6 +121,12 @@ flagcxResult_t OneSided::setup() {
     for (int r = 0; r < nranks_; r++)
       if (r != rank_ && comm_->via[static_cast<size_t>(r)] == comm_->ib.get()) list.push_back(r);
     if (!list.empty()) FLAGCX_CHECK(IbRma::create(ibDev, *comm_->bs, list, &native));
+    if (native && comm_->dev && comm_->dev->kind() == DeviceKind::Cuda) {
+      DeviceAdapter *dev = comm_->dev;
+      native->dmabuf = [dev](const void *p, size_t len, uint64_t *offset) {
+        return dev->isDeviceMemory(p) ? dev->exportDmabuf(p, len, offset) : -2;
+      };
+    }
   }
   eng_ = RmaEngine::create(rank_, nranks_, std::move(conns), sig_, kStride, std::move(native));
   RegRecord mine{};

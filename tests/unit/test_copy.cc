@@ -1,4 +1,4 @@
-// copyBytes (src/base/copy.h): the bytes of memcpy at every size around its
+// copyBytes and copyBytesStreaming (src/base/copy.h): the bytes of memcpy at every size around its
 // thresholds and every relative offset of the two buffers that made glibc's
 // memcpy slow, and nothing written outside the destination.
 #include <gtest/gtest.h>
@@ -11,7 +11,12 @@
 
 namespace {
 
-TEST(CopyBytes, SameBytesAsMemcpyAtEverySizeAndOffset) {
+using CopyFn = void (*)(void *, const void *, size_t);
+
+class Copies : public ::testing::TestWithParam<CopyFn> {};
+
+TEST_P(Copies, SameBytesAsMemcpyAtEverySizeAndOffset) {
+  const CopyFn copy = GetParam();
   constexpr size_t kGuard = 256;
   const size_t sizes[] = {0, 1, 7, 127, 128, 129, 2047, 2048, 2049, 4095, 4096, 4097, 65536 + 3,
                           262144, 262144 + 65, 1 << 20};
@@ -23,7 +28,7 @@ TEST(CopyBytes, SameBytesAsMemcpyAtEverySizeAndOffset) {
       for (size_t d : offsets) {
         std::memset(dst.data(), 0xA5, dst.size());
         uint8_t *out = dst.data() + kGuard + d;
-        flagcx::copyBytes(out, src.data() + so, n);
+        copy(out, src.data() + so, n);
         ASSERT_EQ(std::memcmp(out, src.data() + so, n), 0) << "n " << n << " src+" << so << " dst+" << d;
         for (size_t g = 0; g < kGuard + d; g++)
           ASSERT_EQ(dst[g], 0xA5) << "written before the destination: n " << n << " dst+" << d;
@@ -33,5 +38,10 @@ TEST(CopyBytes, SameBytesAsMemcpyAtEverySizeAndOffset) {
     }
   }
 }
+
+// copyBytes, and copyBytesStreaming (non-temporal stores after an unaligned
+// head: the destination offsets cover every alignment to 32).
+INSTANTIATE_TEST_SUITE_P(CopyBytes, Copies,
+                         ::testing::Values(&flagcx::copyBytes, &flagcx::copyBytesStreaming));
 
 }  // namespace
