@@ -111,6 +111,17 @@ flagcxResult_t OneSided::runPutSignal(const PutSignalTask &t) {
     tasks_.fetch_sub(1);
     return rc;
   }
+  if (t.win && t.bytes > 0 && !t.win->reg.peer[static_cast<size_t>(t.peer)].mapped &&
+      comm_->dev->isDeviceMemory(t.src)) {
+    // The engine reads the source with the CPU, and nothing stages device
+    // memory through the host on this path: refuse rather than read a device
+    // address as host memory (docs/ONESIDED.md; needs GPUs on several hosts).
+    WARN(kP2P, "rank %d: %s to rank %d: localbuff is device memory and the peer is reached "
+         "through the host engine (sockets); not supported", rank_, what, t.peer);
+    t.win->inflight.fetch_sub(1);
+    tasks_.fetch_sub(1);
+    return flagcxNotSupported;
+  }
   if (!slot && t.win && t.bytes > 0 && !t.win->reg.peer[static_cast<size_t>(t.peer)].mapped) {
     // Both through the engine: one round trip (the target applies them in order).
     RmaDone d;
