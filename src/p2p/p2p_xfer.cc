@@ -6,6 +6,7 @@
 // when large, into about one share per lane), dealt round-robin over the
 // connection's lanes, one request per lane; it is done when every request
 // has been answered.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -156,14 +157,32 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
   clk::time_point t0 = timed ? clk::now() : clk::time_point{};
   bool ok = ipcBufs.size() >= n;
   // Local pieces in device regions of this engine go with the remote ones
-  // into one batched device copy; anything else (host memory) one by one.
+  // into batched device copies; anything else (host memory) one by one.
+  // With FLAGCX_P2P_IPC_BATCH_BYTES set, a batch is issued once it holds
+  // `due` bytes, that many first, then twice as much each time, so that the
+  // device copies while this thread resolves the next pieces; by default
+  // (0) the whole transfer is one batch, which measured faster on the H200
+  // (docs/P2P.md, session 11).
   std::vector<DeviceAdapter::CopyPiece> kernel, other;
   kernel.reserve(n);
+  size_t batched = 0, batches = 0, pending = 0;
+  size_t due = static_cast<size_t>(paramInt(Param::P2P_IPC_BATCH_BYTES));
+  if (!due) due = SIZE_MAX;
   {
     IpcLast lastIpc;
     const Region *lastRegion = nullptr;
     std::shared_lock<std::shared_mutex> lk(c->engine->mrMu);
     for (size_t i = 0; ok && i < n; i++) {
+      if (pending >= due) {
+        ok = ipcCopyBatch(kernel, other) == 0;
+        batched += kernel.size();
+        batches++;
+        kernel.clear();
+        other.clear();
+        pending = 0;
+        due = std::max(due, std::min(due * 2, size_t{256} << 20));
+        if (!ok) break;
+      }
       char *remote = nullptr;
       ok = ipcBufs[i] && ipcRemote(ipcBufs[i], sizes[i], &remote, &lastIpc) == 0;
       if (!ok) break;
@@ -174,18 +193,22 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
       DeviceAdapter::CopyPiece p = write ? DeviceAdapter::CopyPiece{remote, local[i], sizes[i]}
                                          : DeviceAdapter::CopyPiece{local[i], remote, sizes[i]};
       (r && r->device ? kernel : other).push_back(p);
+      pending += sizes[i];
     }
   }
   clk::time_point t1 = timed ? clk::now() : clk::time_point{};
   ok = ok && ipcCopyBatch(kernel, other) == 0;
+  batched += kernel.size();
+  batches++;
   clk::time_point t2 = timed ? clk::now() : clk::time_point{};
   ok = ipcFlush() == 0 && ok;
   if (timed) {
     auto us = [](clk::time_point a, clk::time_point b) {
       return std::chrono::duration<double, std::micro>(b - a).count();
     };
-    TRACE(kP2P, "P2P IPC %s: %zu pieces (%zu batched): lookups %.1f us, issue %.1f us, wait %.1f us",
-          write ? "write" : "read", n, kernel.size(), us(t0, t1), us(t1, t2), us(t2, clk::now()));
+    TRACE(kP2P, "P2P IPC %s: %zu pieces (%zu batched, %zu batches): lookups and earlier batches "
+          "%.1f us, last batch %.1f us, wait %.1f us", write ? "write" : "read", n, batched,
+          batches, us(t0, t1), us(t1, t2), us(t2, clk::now()));
   }
   if (!ok) WARN(kP2P, "P2P: IPC %s to %s failed", write ? "write" : "read", c->peerHost.c_str());
   auto x = track(c, 1);

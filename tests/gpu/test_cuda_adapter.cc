@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -401,7 +402,9 @@ void orderingCase(cuda::WaitMode mode) {
   // GPU work after the task must see the task's write.
   OK(A()->copy(d + 1, d, sizeof(int), s));
   OK(H()->deviceMemcpy(pinned + 1, d, sizeof(int) * 2, flagcxMemcpyDeviceToHost, s));
-  if (!handOff) EXPECT_EQ(c.ran.load(), 0) << "the task ran before its inputs were ready";
+  if (!handOff) {
+    EXPECT_EQ(c.ran.load(), 0) << "the task ran before its inputs were ready";
+  }
   OK(H()->streamSynchronize(s));
   EXPECT_EQ(c.ran.load(), 1);
   EXPECT_EQ(c.sawBefore.load(), 7);
@@ -573,7 +576,8 @@ TEST(CudaBatchCopy, EveryShapeMovesExactlyItsBytes) {
     size_t so = 0, dofs = 0;
     int count = round == 2 ? 1 : round == 0 ? 40 : 400;
     for (int i = 0; i < count; i++) {
-      size_t len = i % 7 == 0 ? 0 : i % 5 == 0 ? (200 << 10) + 3 : 1 + rng() % 9000;
+      // (one piece of several 1 MiB chunks, a fifth of 200 KiB, empty ones)
+      size_t len = i == 3 ? (5 << 19) + 5 : i % 7 == 0 ? 0 : i % 5 == 0 ? (200 << 10) + 3 : 1 + rng() % 9000;
       size_t sa = rng() % 64, da = i % 3 == 0 ? rng() % 64 : sa;  // a third misaligned
       so = (so + sa + 15) / 16 * 16 + sa;
       dofs = (dofs + da + 15) / 16 * 16 + da;
@@ -590,6 +594,54 @@ TEST(CudaBatchCopy, EveryShapeMovesExactlyItsBytes) {
     for (size_t k = 0; k < kBuf; k++) bad += hd[k] != want[k];
     EXPECT_EQ(bad, 0u) << "round " << round << ", " << pieces.size() << " pieces";
   }
+  CU(cudaFree(src));
+  CU(cudaFree(dst));
+}
+
+// Many batches issued without a flush in between: the chunk ring wraps
+// (4096 entries at first) and grows (one batch larger than the ring), and no
+// kernel may read an entry already rewritten for a later batch.  Each pass
+// copies its own random pieces into its own region of dst.
+TEST(CudaBatchCopy, RingWrapsAndGrowsWithoutMixingBatches) {
+  const size_t kBuf = 8 << 20, kPasses = 96, kRegion = kBuf / kPasses;
+  char *src = nullptr, *dst = nullptr;
+  CU(cudaMalloc(reinterpret_cast<void **>(&src), kBuf));
+  CU(cudaMalloc(reinterpret_cast<void **>(&dst), kBuf + (32 << 20)));
+  std::vector<char> hs(kBuf), hd(kBuf);
+  std::mt19937 rng(11);
+  for (auto &c : hs) c = static_cast<char>(rng());
+  CU(cudaMemcpy(src, hs.data(), kBuf, cudaMemcpyHostToDevice));
+  CU(cudaMemset(dst, 0x33, kBuf + (32 << 20)));
+  std::vector<char> want(kBuf, 0x33);
+  for (size_t pass = 0; pass < kPasses; pass++) {
+    std::vector<DeviceAdapter::CopyPiece> pieces;
+    size_t d = pass * kRegion;
+    for (int i = 0; i < 64; i++) {
+      size_t len = 1 + rng() % 1000;
+      size_t so = (rng() % (kBuf - len)) & ~size_t{15};
+      if (d + len > (pass + 1) * kRegion) break;
+      pieces.push_back({dst + d, src + so, len});
+      memcpy(want.data() + d, hs.data() + so, len);
+      d = (d + len + 31) & ~size_t{15};
+    }
+    for (size_t at = 0; at < pieces.size(); at += 16)
+      OK(A()->copyBatchAsync(pieces.data() + at, std::min<size_t>(16, pieces.size() - at)));
+    if (pass == kPasses / 2) {
+      // One batch of 8192 one-chunk pieces, more than the ring holds, makes
+      // it grow (into the 32 MiB behind the region checked above).
+      std::vector<DeviceAdapter::CopyPiece> big;
+      for (size_t j = 0; j < 8192; j++) big.push_back({dst + kBuf + j * 4096, src + j * 16, 4096});
+      OK(A()->copyBatchAsync(big.data(), big.size()));
+    }
+  }
+  OK(A()->flush());
+  CU(cudaMemcpy(hd.data(), dst, kBuf, cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t k = 0; k < kBuf; k++) bad += hd[k] != want[k];
+  EXPECT_EQ(bad, 0u);
+  std::vector<char> tail(4096);
+  CU(cudaMemcpy(tail.data(), dst + kBuf + 8191 * 4096, 4096, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(memcmp(tail.data(), hs.data() + 8191 * 16, 4096), 0);
   CU(cudaFree(src));
   CU(cudaFree(dst));
 }

@@ -247,7 +247,7 @@ class CudaAdapter final : public DeviceAdapter {
     cudaStream_t s = internalStream(dev);
     {
       Staging st(s);
-      void *ps, *pd;
+      void *ps = nullptr, *pd = nullptr;
       FLAGCX_CHECK(st.map(src, bytes, true, &ps));
       FLAGCX_CHECK(st.map(dst, bytes, dst == src, &pd));
       FLAGCX_CUDA_TRY("divide kernel launch", launchDivide(pd, ps, count, dtype, divisor, s, smCount(dev)));
@@ -330,59 +330,13 @@ class CudaAdapter final : public DeviceAdapter {
                     launchReduce(dst, a, b, count, dtype, op, internalStream(dev), smCount(dev)));
     return flagcxSuccess;
   }
-  // Pieces whose ends share their offset mod 16 go, cut into chunks of at
-  // most kBatchChunkBytes, to one copy kernel (the chunk list uploaded from
-  // pinned memory first); the rest, and a batch of one, through
-  // cudaMemcpyAsync.  A copy launched per piece costs ~5 us of issue time
-  // (docs/P2P.md): 2048 KV-cache blocks took 11 ms whatever their size.
+  // Pieces whose ends share their offset mod 16 go, in chunks, to one copy
+  // kernel (BatchRing, cuda_batch.cc); the rest one copy each.
   flagcxResult_t copyBatchAsync(const CopyPiece *pieces, size_t n) override {
     int dev = currentDevice();
     if (dev < 0 || dev >= kMaxDev) return flagcxInternalError;
-    cudaStream_t s = internalStream(dev);
-    size_t chunks = 0;
-    for (size_t i = 0; i < n; i++) {
-      const CopyPiece &p = pieces[i];
-      if (n > 1 && p.bytes && ((reinterpret_cast<uintptr_t>(p.dst) ^ reinterpret_cast<uintptr_t>(p.src)) & 15) == 0)
-        chunks += (p.bytes + kBatchChunkBytes - 1) / kBatchChunkBytes;
-      else if (flagcxResult_t r = copyAsync(p.dst, p.src, p.bytes); r != flagcxSuccess)
-        return r;
-    }
-    if (!chunks) return flagcxSuccess;
-    if (chunks > 0x7fffffffu) return flagcxInvalidArgument;
-    std::lock_guard<std::mutex> lk(batchMu_);
-    BatchList &b = batch_[dev];
-    // The previous upload must have read the pinned list before it is rewritten.
-    if (b.uploaded) FLAGCX_CUDA_TRY("cudaEventSynchronize (batch list)", cudaEventSynchronize(b.uploaded));
-    else FLAGCX_CUDA_TRY("cudaEventCreate (batch list)",
-                         cudaEventCreateWithFlags(&b.uploaded, cudaEventDisableTiming));
-    if (chunks > b.cap) {
-      size_t cap = std::max<size_t>(chunks, 2 * b.cap);
-      if (b.host) cudaFreeHost(b.host);
-      if (b.dev) cudaFree(b.dev);  // synchronizes: no kernel still reads it
-      b.host = nullptr;
-      b.dev = nullptr;
-      b.cap = 0;
-      FLAGCX_CUDA_TRY("cudaHostAlloc (batch list)",
-                      cudaHostAlloc(reinterpret_cast<void **>(&b.host), cap * sizeof(BatchChunk),
-                                    cudaHostAllocPortable));
-      FLAGCX_CUDA_TRY("cudaMalloc (batch list)",
-                      cudaMalloc(reinterpret_cast<void **>(&b.dev), cap * sizeof(BatchChunk)));
-      b.cap = cap;
-    }
-    BatchChunk *h = b.host, *d = b.dev;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-      const CopyPiece &p = pieces[i];
-      if (n > 1 && p.bytes && ((reinterpret_cast<uintptr_t>(p.dst) ^ reinterpret_cast<uintptr_t>(p.src)) & 15) == 0)
-        for (size_t off = 0; off < p.bytes; off += kBatchChunkBytes)
-          h[k++] = BatchChunk{static_cast<const char *>(p.src) + off, static_cast<char *>(p.dst) + off,
-                              std::min(kBatchChunkBytes, p.bytes - off)};
-    }
-    FLAGCX_CUDA_TRY("cudaMemcpyAsync (batch list)",
-                    cudaMemcpyAsync(d, h, k * sizeof(BatchChunk), cudaMemcpyHostToDevice, s));
-    FLAGCX_CUDA_TRY("cudaEventRecord (batch list)", cudaEventRecord(b.uploaded, s));
-    FLAGCX_CUDA_TRY("batched copy kernel launch", launchCopyBatch(d, static_cast<unsigned>(k), s, smCount(dev)));
-    return flagcxSuccess;
+    return batch_[dev].copy(pieces, n, internalStream(dev), smCount(dev),
+                            [this](const CopyPiece &p) { return copyAsync(p.dst, p.src, p.bytes); });
   }
   flagcxResult_t flush() override { return syncInternal(internalStream(currentDevice()), "engine"); }
   // cuMemGetHandleForAddressRange wants host-page-aligned ends: the fd spans
@@ -484,7 +438,7 @@ class CudaAdapter final : public DeviceAdapter {
     BatchChunk none{buf, buf + 64, 0};  // the batched copy kernel, moving nothing
     if (cudaMemcpyAsync(buf + 8192, &none, sizeof(none), cudaMemcpyHostToDevice, s) != cudaSuccess ||
         cudaStreamSynchronize(s) != cudaSuccess ||
-        launchCopyBatch(reinterpret_cast<const BatchChunk *>(buf + 8192), 1, s, smCount(dev)) != cudaSuccess)
+        launchCopyBatch(reinterpret_cast<const BatchChunk *>(buf + 8192), 1, 1, s, smCount(dev)) != cudaSuccess)
       res = flagcxUnhandledDeviceError;
     cudaError_t e = cudaStreamSynchronize(s);
     cudaFree(buf);
@@ -509,15 +463,7 @@ class CudaAdapter final : public DeviceAdapter {
   };
   std::mutex markMu_;
   Marks marks_[kMaxDev];
-  // copyBatchAsync's chunk list, per device: pinned host and device copies
-  // (never freed: a few KiB per KV-cache transfer shape).
-  struct BatchList {
-    BatchChunk *host = nullptr, *dev = nullptr;
-    size_t cap = 0;
-    cudaEvent_t uploaded = nullptr;
-  };
-  std::mutex batchMu_;
-  BatchList batch_[kMaxDev];
+  BatchRing batch_[kMaxDev];  // copyBatchAsync's chunk lists, per device
   static flagcxResult_t needDeviceAccess(const char *fn, const void *d, const void *a, const void *b) {
     if (where(d) == Where::HostPageable || where(a) == Where::HostPageable ||
         where(b) == Where::HostPageable)

@@ -11,7 +11,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
+#include <vector>
 
 #include "adapters/device/adapter.h"
 #include "base/log.h"
@@ -145,6 +148,29 @@ flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr);
 flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr);
 flagcxResult_t ipcClose(void *devPtr);
 flagcxResult_t ipcFree(flagcxIpcMemHandle_t handle);
+
+// DeviceAdapter::copyBatchAsync for one device (cuda_batch.cc): pieces whose
+// ends share their offset modulo 16 go, cut into chunks, to one copy kernel
+// that reads the chunk list straight from mapped pinned memory (a ring, so
+// that one transfer may be issued in several batches without waiting for an
+// upload); the rest through `single`, one copy each.
+class BatchRing {
+ public:
+  using Piece = DeviceAdapter::CopyPiece;
+  flagcxResult_t copy(const Piece *pieces, size_t n, cudaStream_t s, int smCount,
+                      const std::function<flagcxResult_t(const Piece &)> &single);
+
+ private:
+  struct Batch {
+    size_t from, to;   // its entries
+    cudaEvent_t done;  // recorded after its kernel
+  };
+  std::mutex mu_;
+  void *host_ = nullptr, *dev_ = nullptr;  // one mapped allocation, two addresses
+  size_t cap_ = 0, next_ = 0;  // entries, and where the next batch's list starts
+  std::deque<Batch> inflight_;       // oldest first
+  std::vector<cudaEvent_t> spare_;   // events to reuse
+};
 
 // Why cudaAdapter() returned nullptr ("" when it did not, or was not asked).
 const char *unusableReason();

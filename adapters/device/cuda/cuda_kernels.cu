@@ -506,41 +506,68 @@ cudaError_t launchDivide(void *dst, const void *src, size_t count, flagcxDataTyp
 }
 
 namespace {
-// Each block takes chunks blockIdx.x, + gridDim.x, ... (a resident grid: a
+// Each block takes units blockIdx.x, + gridDim.x, ... (a resident grid: a
 // block per chunk spent more time being scheduled than copying 32 KiB):
 // bytes up to the first 16-byte boundary one by one, the body in 16-byte
 // vectors (four loads in flight per thread before the stores), the tail one
 // by one.  src and dst share their offset mod 16.
-__global__ void __launch_bounds__(kThreads) copyBatchKernel(const BatchChunk *chunks, unsigned n) {
-  for (unsigned k = blockIdx.x; k < n; k += gridDim.x) {
-    const BatchChunk c = chunks[k];
+__global__ void __launch_bounds__(kThreads) copyBatchKernel(const BatchChunk *chunks, unsigned n,
+                                                             unsigned parts) {
+  // Work unit u is part u % parts of chunk u / parts (parts > 1 spreads a
+  // batch of few chunks over every multiprocessor).  The list may live in
+  // host memory (mapped pinned): one thread reads each entry, the next
+  // unit's load issued before this unit's copy and used after it, so that
+  // its latency hides behind the copy.
+  __shared__ BatchChunk cur[2];
+  const unsigned t = threadIdx.x;
+  const size_t units = static_cast<size_t>(n) * parts;
+  if (t == 0) cur[0] = chunks[blockIdx.x / parts];  // launchCopyBatch: gridDim.x <= units
+  __syncthreads();
+  int slot = 0;
+  for (size_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const BatchChunk whole = cur[slot];
+    const size_t nu = u + gridDim.x;
+    BatchChunk ahead{};
+    if (t == 0 && nu < units) ahead = chunks[nu / parts];
+    // This unit's share, cut at multiples of 16 so that src and dst keep
+    // their common offset modulo 16.
+    const size_t share = ((whole.bytes + parts - 1) / parts + 15) & ~size_t{15};
+    const size_t from = (u % parts) * share;
+    const size_t bytes = from < whole.bytes ? min(share, whole.bytes - from) : 0;
+    const char *src = whole.src + from;
+    char *dst = whole.dst + from;
     const size_t head =
-        min(c.bytes, static_cast<size_t>((16 - (reinterpret_cast<uintptr_t>(c.src) & 15)) & 15));
-    const size_t nvec = (c.bytes - head) / 16;
+        min(bytes, static_cast<size_t>((16 - (reinterpret_cast<uintptr_t>(src) & 15)) & 15));
+    const size_t nvec = (bytes - head) / 16;
     const size_t tail = head + nvec * 16;
-    const unsigned t = threadIdx.x;
-    if (t < head) c.dst[t] = c.src[t];
-    if (tail + t < c.bytes) c.dst[tail + t] = c.src[tail + t];
-    const uint4 *vs = reinterpret_cast<const uint4 *>(c.src + head);
-    uint4 *vd = reinterpret_cast<uint4 *>(c.dst + head);
+    if (t < head) dst[t] = src[t];
+    if (tail + t < bytes) dst[tail + t] = src[tail + t];
+    const uint4 *vs = reinterpret_cast<const uint4 *>(src + head);
+    uint4 *vd = reinterpret_cast<uint4 *>(dst + head);
     constexpr int U = 4;
     size_t i = t;
     for (; i + (U - 1) * kThreads < nvec; i += U * kThreads) {
       uint4 x[U];
 #pragma unroll
-      for (int u = 0; u < U; u++) x[u] = vs[i + u * kThreads];
+      for (int k = 0; k < U; k++) x[k] = vs[i + k * kThreads];
 #pragma unroll
-      for (int u = 0; u < U; u++) vd[i + u * kThreads] = x[u];
+      for (int k = 0; k < U; k++) vd[i + k * kThreads] = x[k];
     }
     for (; i < nvec; i += kThreads) vd[i] = vs[i];
+    if (t == 0 && nu < units) cur[slot ^ 1] = ahead;
+    __syncthreads();  // cur[slot ^ 1] written; everyone done reading cur[slot]
+    slot ^= 1;
   }
 }
 }  // namespace
 
-cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t s, int smCount) {
-  if (n == 0) return cudaSuccess;
-  unsigned grid = std::min<unsigned>(n, static_cast<unsigned>(smCount > 0 ? smCount : 1) * 4);
-  copyBatchKernel<<<grid, kThreads, 0, s>>>(chunks, n);
+cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, unsigned parts, cudaStream_t s,
+                            int smCount) {
+  if (n == 0 || parts == 0) return cudaSuccess;
+  size_t units = static_cast<size_t>(n) * parts;
+  size_t cap = static_cast<size_t>(smCount > 0 ? smCount : 1) * 4;
+  unsigned grid = static_cast<unsigned>(std::min(units, cap));
+  copyBatchKernel<<<grid, kThreads, 0, s>>>(chunks, n, parts);
   return cudaGetLastError();
 }
 

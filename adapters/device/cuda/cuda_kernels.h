@@ -44,9 +44,11 @@ struct BatchChunk {
   char *dst;
   size_t bytes;
 };
-constexpr size_t kBatchChunkBytes = 64 << 10;
-// Copy every chunk of `chunks` (device-readable memory holding n entries) in
-// one launch of at most 4 blocks per multiprocessor.
-cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, cudaStream_t stream, int smCount);
+constexpr size_t kBatchChunkBytes = 1 << 20;
+// Copy every chunk of `chunks` (device-readable memory, e.g. mapped pinned
+// host memory, holding n entries), each cut into `parts` shares, in one
+// launch of at most 4 blocks per multiprocessor.
+cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, unsigned parts, cudaStream_t stream,
+                            int smCount);
 
 }  // namespace flagcx::cuda
