@@ -22,6 +22,7 @@ struct VendorDirect {
   void *allReduce, *reduce, *broadcast, *allGather, *reduceScatter;
   void *alltoAll, *gather, *scatter, *send, *recv;
   void *getLastError;  // const char *(ncclComm_t)
+  void *groupStart, *groupEnd;  // ncclResult_t (void)
 };
 
 class CclAdapter {

@@ -30,6 +30,8 @@ void setDirect(ncclComm *c) {
   d.send = reinterpret_cast<decltype(d.send)>(v->send);
   d.recv = reinterpret_cast<decltype(d.recv)>(v->recv);
   d.getLastError = reinterpret_cast<decltype(d.getLastError)>(v->getLastError);
+  d.groupStart = reinterpret_cast<decltype(d.groupStart)>(v->groupStart);
+  d.groupEnd = reinterpret_cast<decltype(d.groupEnd)>(v->groupEnd);
   d.comm = static_cast<ncclComm_t>(v->comm);
   logLine(Level::Info, "rank %d: operations go directly to NVIDIA's NCCL (FLAGCX_NCCL_DROPIN_DIRECT=0 "
           "routes them through flagcx's API)", c->rank);
@@ -216,12 +218,18 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
 // would hand unchanged to NVIDIA's library, with NVIDIA's entry point `f`.
 // Buffers that flagcx's checks would refuse (NULL with a count) take the
 // usual path, which reports them.
+// Inside a group, NVIDIA's own group is opened by the first direct call
+// (ncclGroupEnd closes it): a group of direct calls costs what it costs
+// with NVIDIA's library alone.
 template <class F>
 inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const void *b) {
   if (!c || c->magic != ncclComm::kMagic ||
       c->state.load(std::memory_order_acquire) != ncclComm::kReady || (count && (!a || !b)))
     return nullptr;
-  return c->direct.*fn;
+  F f = c->direct.*fn;
+  if (__builtin_expect(f && t_groupDepth > 0, 0) && !vendorGroupOpen(c->direct.groupStart, c->direct.groupEnd))
+    return nullptr;  // the usual path then
+  return f;
 }
 
 ncclResult_t directResult(const char *fn, ncclComm *c, ncclResult_t r) {

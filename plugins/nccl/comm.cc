@@ -1,5 +1,5 @@
 // Communicators: creation (alone, in a group, all at once, non-blocking),
-// split, queries, destruction; groups; registration; memory.
+// split, queries, destruction; registration; memory.  Groups: group.cc.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -11,42 +11,6 @@
 using namespace ncclx;
 
 namespace ncclx {
-
-namespace {
-struct GroupState {
-  std::vector<Deferred> deferred;
-  std::vector<std::pair<void *, flagcxStream_t>> frees;  // PreMulSum working buffers
-  std::vector<ncclComm *> streams;  // communicators whose group stream was used
-};
-thread_local GroupState t_group;
-}  // namespace
-
-thread_local int t_groupDepth = 0;
-
-bool inGroup() { return t_groupDepth > 0; }
-
-void groupStreamsUsed(ncclComm *c) {
-  if (std::find(t_group.streams.begin(), t_group.streams.end(), c) == t_group.streams.end())
-    t_group.streams.push_back(c);
-}
-
-void releaseLater(void *p, flagcxStream_t fs) {
-  if (t_groupDepth > 0)
-    t_group.frees.emplace_back(p, fs);
-  else
-    device()->deviceFree(p, flagcxMemDevice, fs);
-}
-
-ncclResult_t groupStreamsWait() {
-  ncclResult_t res = ncclSuccess;
-  for (ncclComm *c : t_group.streams) {
-    flagcxResult_t r = device()->streamSynchronize(c->groupStream);
-    if (r != flagcxSuccess && res == ncclSuccess) res = fromFlagcx("ncclGroupEnd", r);
-  }
-  t_group.streams.clear();
-  return res;
-}
-void defer(Deferred d) { t_group.deferred.push_back(std::move(d)); }
 
 // Wait for a communicator whose creation was deferred or runs in the
 // background; fails when it cannot be used.
@@ -445,40 +409,6 @@ const char *ncclGetLastError(ncclComm_t comm) {
 void ncclResetDebugInit() {}  // flagcx reads FLAGCX_DEBUG once; nothing to reset
 #pragma GCC diagnostic pop
 
-ncclResult_t ncclGroupStart() {
-  flagcxResult_t r = flagcxGroupStart(nullptr);
-  if (r != flagcxSuccess) return fromFlagcx("ncclGroupStart", r);
-  t_groupDepth++;
-  return ncclSuccess;
-}
-
-ncclResult_t ncclGroupEnd() {
-  const char *fn = "ncclGroupEnd";
-  if (t_groupDepth == 0) return fail(ncclInvalidUsage, fn, "no group is open (ncclGroupStart)");
-  t_groupDepth--;
-  ncclResult_t r = fromFlagcx(fn, flagcxGroupEnd(nullptr));
-  if (t_groupDepth == 0 && !t_group.streams.empty()) {
-    ncclResult_t w = groupStreamsWait();
-    if (r == ncclSuccess) r = w;
-  }
-  if (t_groupDepth == 0 && !t_group.frees.empty()) {
-    for (auto &f : t_group.frees) device()->deviceFree(f.first, flagcxMemDevice, f.second);
-    t_group.frees.clear();
-  }
-  if (t_groupDepth == 0 && !t_group.deferred.empty()) {
-    std::vector<Deferred> items;
-    items.swap(t_group.deferred);
-    ncclResult_t c = runAll(items);
-    if (r == ncclSuccess) r = c;
-  }
-  return r;
-}
-
-ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *) {
-  return fail(ncclInvalidUsage, "ncclGroupSimulateEnd",
-              "not supported by flagcx (no cost model to simulate with); the group stays open");
-}
-
 ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   NCCLX_FROM_REAL_NCCL(ncclMemAlloc, ptr, size);
   return fromFlagcx("ncclMemAlloc", flagcxMemAlloc(ptr, size));
@@ -571,9 +501,6 @@ NCCLX_PNAME(ncclGetLastError)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 NCCLX_PNAME(ncclResetDebugInit)
 #pragma GCC diagnostic pop
-NCCLX_PNAME(ncclGroupStart)
-NCCLX_PNAME(ncclGroupEnd)
-NCCLX_PNAME(ncclGroupSimulateEnd)
 NCCLX_PNAME(ncclMemAlloc)
 NCCLX_PNAME(ncclMemFree)
 NCCLX_PNAME(ncclCommRegister)

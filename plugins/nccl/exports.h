@@ -13,8 +13,18 @@ namespace ncclx {
 ncclResult_t enterSlow(const char *fn, ncclComm *c, flagcxComm_t *fc);
 ncclResult_t settle(const char *fn, ncclComm *c);
 
+// Groups (comm.cc): ncclGroupStart only counts; flagcx's group is opened
+// by the first call inside it that goes through flagcx (enter), NVIDIA's by
+// the first direct call (coll.cc), and ncclGroupEnd closes what was opened.
+extern thread_local int t_groupDepth;
+extern thread_local bool t_flagcxGroupOpen;
+ncclResult_t openFlagcxGroup(const char *fn);
+bool vendorGroupOpen(ncclResult_t (*start)(), ncclResult_t (*end)());
+
 // A usable communicator: one compare on the fast path.
 inline ncclResult_t enter(const char *fn, ncclComm *c, flagcxComm_t *fc) {
+  if (__builtin_expect(t_groupDepth > 0, 0) && !t_flagcxGroupOpen)
+    if (ncclResult_t r = openFlagcxGroup(fn); r != ncclSuccess) return r;
   if (c && c->magic == ncclComm::kMagic &&
       c->state.load(std::memory_order_acquire) == ncclComm::kReady) {
     *fc = c->fc;
@@ -48,7 +58,6 @@ struct StreamHit {
   bool valid = false;
 };
 extern thread_local StreamHit t_stream;
-extern thread_local int t_groupDepth;
 bool hostAdapter();
 inline ncclResult_t mapStream(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
   if (t_stream.valid && t_stream.native == s && t_stream.device == c->device &&

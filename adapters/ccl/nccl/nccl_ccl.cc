@@ -200,7 +200,7 @@ class NcclCcl final : public CclAdapter {
     direct_ = VendorDirect{nc_, v(n->ncclAllReduce), v(n->ncclReduce), v(n->ncclBroadcast),
                            v(n->ncclAllGather), v(n->ncclReduceScatter), v(n->ncclAlltoAll),
                            v(n->ncclGather), v(n->ncclScatter), v(n->ncclSend), v(n->ncclRecv),
-                           v(n->ncclGetLastError)};
+                           v(n->ncclGetLastError), v(n->ncclGroupStart), v(n->ncclGroupEnd)};
   }
   const char *name() const override { return "nccl"; }
   const VendorDirect *direct() const override { return nc_ ? &direct_ : nullptr; }

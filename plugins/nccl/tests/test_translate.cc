@@ -258,6 +258,20 @@ TEST(Api, OneRankCommunicator) {
   EXPECT_EQ(ncclCommCount(g, &n), ncclInvalidUsage);  // not before ncclGroupEnd
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
   EXPECT_EQ(ncclCommCount(g, &n), ncclSuccess);
+  // Nested groups: only the outermost end runs the work; an empty group and
+  // an end without a start.
+  float u[4] = {1, 2, 3, 4}, v[4] = {};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(u, v, 4, ncclFloat, ncclSum, g, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(ncclBroadcast(u, u + 2, 2, ncclFloat, 0, g, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(v[3], 4.0f);
+  EXPECT_EQ(u[2], 1.0f);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
   EXPECT_EQ(ncclCommDestroy(g), ncclSuccess);
   EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
@@ -275,9 +289,10 @@ void groupAllReduce(ncclComm_t *c, int n, cudaStream_t *streams, float base) {
     ASSERT_EQ(ncclAllReduce(in[k].data(), out[k].data(), 33, ncclFloat, ncclSum, c[k],
                             streams ? streams[k] : nullptr), ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
-  if (streams)
+  if (streams) {
     for (int k = 0; k < n; k++)
       ASSERT_EQ(device()->streamSynchronize(reinterpret_cast<flagcxStream_t>(streams[k])), flagcxSuccess);
+  }
   for (int k = 0; k < n; k++)
     for (int i = 0; i < 33; i++)
       ASSERT_EQ(out[k][i], n * (base + i) + n * (n - 1) / 2.0f) << "rank " << k << " [" << i << "]";
