@@ -7,7 +7,7 @@
 #   3. issue 15's benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
 #      200 calls x 5 rounds
 #   4. issue 14's device path: the batched-copy test, test_p2p_cuda, and
-#      kv_transfer --device cuda at 16 and 64 tokens per block
+#      kv_transfer --device cuda (KV_TOKENS, KV_BATCH, KV_ITERS, KV_TRACE)
 #   5. issue 16's drop-in stages (NCCLX_STAGES, default build,torch,compare;
 #      DROPIN_TIMEOUT, default 300 s): torch (DDP losses, NCCL_DEBUG=WARN) and
 #      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
@@ -44,10 +44,25 @@ fi
 if want kv; then
   { timeout 120 $B/tests/gpu/test_cuda_adapter --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
     timeout 120 $B/tests/p2p/test_p2p_cuda; echo "test_p2p_cuda rc $?"
-    for t in 16 64; do
-      FLAGCX_DEVICE=cuda timeout 120 $B/tools/kv_transfer --device cuda --iters 20 --tokens $t
-      echo "kv_transfer --tokens $t rc $?"
-    done; } > "$L/kv-cuda.txt" 2>&1
+    # KV_TOKENS: tokens per block (16: 32 KiB pieces, 64: 128 KiB, 512: 1 MiB);
+    # KV_BATCH: FLAGCX_P2P_IPC_BATCH_BYTES values, each run in turn (0: one
+    # batch per transfer); KV_TRACE=1 adds a run with the P2P TRACE lines.
+    for round in 1 2; do
+      for t in ${KV_TOKENS:-16 64}; do
+        for bb in ${KV_BATCH:-4194304}; do
+          FLAGCX_P2P_IPC_BATCH_BYTES=$bb FLAGCX_DEVICE=cuda timeout 120 $B/tools/kv_transfer \
+            --device cuda --iters ${KV_ITERS:-20} --tokens $t
+          echo "kv_transfer --tokens $t batch $bb round $round rc $?"
+        done
+      done
+    done
+    if [ -n "${KV_TRACE:-}" ]; then
+      for t in ${KV_TOKENS:-16 64}; do
+        FLAGCX_DEBUG=TRACE FLAGCX_DEBUG_SUBSYS=P2P FLAGCX_DEVICE=cuda timeout 120 $B/tools/kv_transfer \
+          --device cuda --iters 10 --tokens $t 2>&1 | grep -E "IPC write|GB/s|WriteVector|D2D|wrong" | tail -14
+        echo "kv_transfer traced --tokens $t rc $?"
+      done
+    fi; } > "$L/kv-cuda.txt" 2>&1
   echo "kv step done at $((SECONDS - T0))s" >> "$L/env.txt"
 fi
 if want dropin; then
@@ -61,5 +76,5 @@ cat "$L/env.txt"
 [ -f "$L/torch-gpu-check.txt" ] && tail -14 "$L/torch-gpu-check.txt"
 [ -f "$L/bench-torch.log" ] && grep -E "^#|^ +[0-9]" "$L/bench-torch.log"
 [ -f "$L/dropin-summary.txt" ] && cat "$L/dropin-summary.txt"
-[ -f "$L/kv-cuda.txt" ] && grep -E "rc |GB/s|wrong|PASSED|FAILED|^\|" "$L/kv-cuda.txt" | tail -30
+[ -f "$L/kv-cuda.txt" ] && grep -E "rc |WriteVector|device copy|IPC write|wrong|PASSED|FAILED" "$L/kv-cuda.txt" | tail -70
 exit 0

@@ -10,17 +10,23 @@
 # Environment:
 #   OUT=dir                  logs (the device tool's $OUT)
 #   NCCLX_STAGES=list        comma separated, default all:
-#                            build,tests,single,compare,procs,same,torch
+#                            build,tests,single,inproc,compare,procs,same,torch
 #   NCCL_TESTS_TGZ=file      nccl-tests source (default: shared/third_party/ or
 #                            ../shared/third_party/nccl-tests.tar.gz)
 #   REAL_NCCL=path           NVIDIA's libnccl.so.2 (default: ldconfig, then a
 #                            pip nvidia-nccl package, then a search)
 #   NCCLX_MAX=size           largest message of the correctness runs (128M)
+#   NCCLX_INPROC_ROUNDS, NCCLX_INPROC_MAX_MIB   inproc's rounds (20) and
+#                            largest message (32 MiB)
 #
 # What each stage runs (nccl-tests' 7 binaries: all_reduce all_gather
 # reduce_scatter broadcast reduce alltoall sendrecv, all with -c 1):
 #   single   one process on GPU 0 through the drop-in (flagcx's NCCL
 #            pass-through: FLAGCX_NCCL_LIB=$REAL_NCCL), 8 B .. NCCLX_MAX
+#   inproc   time per call at one rank, NVIDIA's library and the drop-in
+#            side by side in one process (plugins/nccl/tests/dropin_vs_nccl.cc),
+#            alternating rounds, a second NVIDIA communicator as the control;
+#            inproc.txt
 #   compare  time per call at one rank, real NCCL vs the drop-in, the same
 #            binaries (LD_LIBRARY_PATH picks the library), alternating rounds,
 #            best round each; table in compare.txt
@@ -36,7 +42,7 @@ cd "$(dirname "$0")/.."
 REPO=$PWD  # (not ROOT: tools/carried-deps.sh sets that)
 B=${1:-build-dropin}
 O=${OUT:-$B/nccl-dropin}
-STAGES=${NCCLX_STAGES:-build,tests,single,compare,procs,same,torch}
+STAGES=${NCCLX_STAGES:-build,tests,single,inproc,compare,procs,same,torch}
 MAX=${NCCLX_MAX:-128M}
 mkdir -p "$O"
 O=$(cd "$O" && pwd)
@@ -132,6 +138,7 @@ if want build; then
       -L"$DROPIN" -L"$REPO/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$REPO/$B"
     nvcc -O2 -std=c++17 -I"$NCCL_INC" plugins/nccl/tests/same_process_bench.cc -o "$NT/same_process_bench" \
       -L"$DROPIN" -L"$REPO/$B" -lnccl -Xlinker -rpath -Xlinker "$DROPIN:$REPO/$B"
+    nvcc -O2 -std=c++17 -I"$NCCL_INC" plugins/nccl/tests/dropin_vs_nccl.cc -o "$NT/dropin_vs_nccl" -ldl
   ) > "$O/nccl-tests-build.log" 2>&1
   result nccl-tests $? "built against the drop-in (MPI=1): $NT"
 fi
@@ -183,23 +190,65 @@ fi
 
 # ---- time per call at one rank: real NCCL vs the drop-in ----
 if want compare; then
-  rm -f "$O"/cmp-*.log
+  rm -f "$O"/cmp-*.log "$O/threads.txt"
   # Both libraries on the same CPUs (NCCLX_CMP_CPUS, default 0-3): launch
   # latency depends on where the launching thread runs, and unpinned runs of
   # NVIDIA's own library differed by up to 2 us per call between processes.
   PIN="taskset -c ${NCCLX_CMP_CPUS:-0-3}"
   command -v taskset >/dev/null || PIN=
+  # NCCLX_CMP_VARIANTS: more drop-in runs, each "name=VAR=value,VAR=value"
+  # (e.g. lazy=CUDA_MODULE_LOADING=LAZY; "name=NVIDIA" runs NVIDIA's library
+  # again), compared with NVIDIA's like the default one; NCCLX_CMP_OPS / NCCLX_CMP_MAX narrow the ops and sizes.
+  VARIANTS="dropin= ${NCCLX_CMP_VARIANTS:-}"
   for round in $(seq 1 "${NCCLX_CMP_ROUNDS:-3}"); do
-    for op in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv; do
-      real_env $PIN timeout 60 "$NT/${op}_perf" -b 8 -e 64M -f 4 -g 1 -c 0 -n 200 -w 20 \
-        > "$O/cmp-real-$op-$round.log" 2>&1
-      dropin_env $PIN timeout 60 "$NT/${op}_perf" -b 8 -e 64M -f 4 -g 1 -c 0 -n 200 -w 20 \
-        > "$O/cmp-dropin-$op-$round.log" 2>&1
+    for op in ${NCCLX_CMP_OPS:-$OPS}; do
+      args=(-b 8 -e "${NCCLX_CMP_MAX:-64M}" -f 4 -g 1 -c 0 -n 200 -w 20)
+      real_env $PIN timeout 60 "$NT/${op}_perf" "${args[@]}" > "$O/cmp-real-$op-$round.log" 2>&1
+      for v in $VARIANTS; do
+        extra=${v#*=}
+        if [ "$extra" = NVIDIA ]; then  # NVIDIA's again: the noise between runs
+          real_env $PIN timeout 60 "$NT/${op}_perf" "${args[@]}" > "$O/cmp-${v%%=*}-$op-$round.log" 2>&1
+        else
+          dropin_env ${extra//,/ } $PIN timeout 60 "$NT/${op}_perf" "${args[@]}" \
+            > "$O/cmp-${v%%=*}-$op-$round.log" 2>&1
+        fi
+      done
     done
   done
-  python3 - "$O" > "$O/compare.txt" <<'EOF'
+  # NCCLX_CMP_THREADS=1: the threads of each library's process while it
+  # launches (name, CPU ticks, where it waits): a flagcx thread busy in the
+  # driver would slow launches down.
+  if [ -n "${NCCLX_CMP_THREADS:-}" ]; then
+    for v in "real=" $VARIANTS; do
+      kind=${v%%=*}; extra=${v#*=}
+      if [ "$kind" = real ] || [ "$extra" = NVIDIA ]; then
+        real_env $PIN "$NT/all_reduce_perf" -b 1M -e 1M -g 1 -c 0 -n 3000000 -w 20 > /dev/null 2>&1 &
+      else
+        dropin_env ${extra//,/ } $PIN "$NT/all_reduce_perf" -b 1M -e 1M -g 1 -c 0 -n 3000000 -w 20 > /dev/null 2>&1 &
+      fi
+      sleep 6
+      p=$(pgrep -n -x all_reduce_perf)
+      {
+        echo "== $kind (pid $p)"
+        for t in /proc/$p/task/*; do
+          read -r -a st < "$t/stat" 2>/dev/null || continue
+          printf '%-8s %-18s state %s utime %s stime %s wchan %s\n' "${t##*/}" "$(cat "$t/comm")" \
+            "${st[2]}" "${st[13]}" "${st[14]}" "$(cat "$t/wchan" 2>/dev/null)"
+        done
+        sleep 2
+        echo "-- 2 s later"
+        for t in /proc/$p/task/*; do
+          read -r -a st < "$t/stat" 2>/dev/null || continue
+          printf '%-8s %-18s utime %s stime %s\n' "${t##*/}" "$(cat "$t/comm")" "${st[13]}" "${st[14]}"
+        done
+      } >> "$O/threads.txt" 2>&1
+      pkill -x all_reduce_perf; wait 2>/dev/null
+    done
+  fi
+  python3 - "$O" "$VARIANTS" > "$O/compare.txt" <<'EOF'
 import glob, os, re, sys
 o = sys.argv[1]
+kinds = [v.split("=", 1)[0] for v in sys.argv[2].split()]
 def best(kind, op, col):
     t = {}
     for f in glob.glob(f"{o}/cmp-{kind}-{op}-*.log"):
@@ -216,29 +265,47 @@ def best(kind, op, col):
 ok = True
 # Out-of-place: the timed operation (column 6); in-place (column 10): at one
 # rank NCCL launches nothing, so that time is the cost of the call alone,
-# which is what the drop-in adds to.
-print(f"{'op':15} {'bytes':>10} {'NCCL us':>9} {'drop-in us':>10} {'diff us':>8} {'diff %':>7}  bound"
-      f"   in-place: {'NCCL':>6} {'drop-in':>7} {'diff':>6}")
-for op in "all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv".split():
-    r, d = best("real", op, 5), best("dropin", op, 5)
-    ri, di = best("real", op, 9), best("dropin", op, 9)
-    for size in sorted(set(r) & set(d)):
-        diff = d[size] - r[size]
-        pct = 100 * diff / r[size] if r[size] else 0
-        within = pct <= 1.0 if size >= 1 << 20 else diff <= 0.3
-        ok &= within
-        ip = (f"{ri[size]:6.2f} {di[size]:7.2f} {di[size] - ri[size]:6.2f}"
-              if size in ri and size in di else "")
-        print(f"{op:15} {size:>10} {r[size]:9.2f} {d[size]:10.2f} {diff:8.2f} {pct:7.2f}  "
-              f"{'ok' if within else 'OVER':5}   in-place: {ip}")
-    if not r or not d:
-        ok = False
-        print(f"{op:15} no figures (see cmp-*-{op}-*.log)")
+# which is what the drop-in adds to.  Only the first kind (the default
+# drop-in) decides the verdict; the others are experiments.
+for kind in kinds:
+    print(f"### {kind} against NVIDIA's NCCL")
+    print(f"{'op':15} {'bytes':>10} {'NCCL us':>9} {'drop-in us':>10} {'diff us':>8} {'diff %':>7}  bound"
+          f"   in-place: {'NCCL':>6} {'drop-in':>7} {'diff':>6}")
+    for op in "all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv".split():
+        r, d = best("real", op, 5), best(kind, op, 5)
+        ri, di = best("real", op, 9), best(kind, op, 9)
+        if not r and not d:
+            continue  # not measured (NCCLX_CMP_OPS)
+        for size in sorted(set(r) & set(d)):
+            diff = d[size] - r[size]
+            pct = 100 * diff / r[size] if r[size] else 0
+            within = pct <= 1.0 if size >= 1 << 20 else diff <= 0.3
+            if kind == kinds[0]:
+                ok &= within
+            ip = (f"{ri[size]:6.2f} {di[size]:7.2f} {di[size] - ri[size]:6.2f}"
+                  if size in ri and size in di else "")
+            print(f"{op:15} {size:>10} {r[size]:9.2f} {d[size]:10.2f} {diff:8.2f} {pct:7.2f}  "
+                  f"{'ok' if within else 'OVER':5}   in-place: {ip}")
+        if not r or not d:
+            ok = ok and kind != kinds[0]
+            print(f"{op:15} no figures (see cmp-*-{op}-*.log)")
 print("within bounds (1 % at >= 1 MiB, 0.3 us below):", "yes" if ok else "NO")
 sys.exit(0 if ok else 1)
 EOF
   rc=$?
   result compare $rc "$(tail -1 "$O/compare.txt")"
+fi
+
+# ---- time per call at one rank, both libraries in one process ----
+# (compare runs them in separate processes, whose launch times differ by
+# more than the bound even for NVIDIA's library against itself)
+if want inproc; then
+  PIN="taskset -c ${NCCLX_CMP_CPUS:-0-3}"
+  command -v taskset >/dev/null || PIN=
+  dropin_env $PIN timeout 240 "$NT/dropin_vs_nccl" "$REAL_NCCL" "$DROPIN/libnccl.so.2" \
+    "${NCCLX_INPROC_ROUNDS:-20}" "${NCCLX_INPROC_MAX_MIB:-32}" > "$O/inproc.txt" 2>&1
+  rc=$?
+  result inproc $rc "$(tail -1 "$O/inproc.txt")"
 fi
 
 # ---- two processes sharing GPU 0 (flagcx's engine) ----
