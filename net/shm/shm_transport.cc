@@ -116,9 +116,12 @@ class ShmPipe final : public Pipe {
     // ordinary store first fetches each line from there, which on this VM
     // was sometimes 5-10x slower (docs/PERFORMANCE.md, session 10).
     static const uint64_t streamMin = static_cast<uint64_t>(paramInt(Param::SHM_STREAM_BYTES));
-    uint64_t want = 0;
-    for (int i = 0; i < iovcnt; i++) want += iov[i].iov_len;
-    const bool stream = streamMin > 0 && want >= streamMin;
+    bool stream = false;
+    if (streamMin > 0) {  // off by default: no extra pass over the iovecs then
+      uint64_t want = 0;
+      for (int i = 0; i < iovcnt; i++) want += iov[i].iov_len;
+      stream = want >= streamMin;
+    }
     size_t total = 0;
     for (int i = 0; i < iovcnt && space > 0; i++) {
       const char *src = static_cast<const char *>(iov[i].iov_base);

@@ -51,26 +51,22 @@ bool haveAvx2() {
 }
 #endif
 
-}  // namespace
-
-void copyBytes(void *dst, const void *src, size_t n) {
+// Above kMemcpyBelow the AVX2 loop, ordinary or streaming; glibc below.
+template <bool Stream>
+void copyWith(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)
   if (n >= kMemcpyBelow && haveAvx2()) {
-    copyAvx2<false>(static_cast<char *>(dst), static_cast<const char *>(src), n);
+    copyAvx2<Stream>(static_cast<char *>(dst), static_cast<const char *>(src), n);
     return;
   }
 #endif
   memcpy(dst, src, n);
 }
 
-void copyBytesStreaming(void *dst, const void *src, size_t n) {
-#if defined(__x86_64__)
-  if (n >= kMemcpyBelow && haveAvx2()) {
-    copyAvx2<true>(static_cast<char *>(dst), static_cast<const char *>(src), n);
-    return;
-  }
-#endif
-  copyBytes(dst, src, n);
-}
+}  // namespace
+
+void copyBytes(void *dst, const void *src, size_t n) { copyWith<false>(dst, src, n); }
+
+void copyBytesStreaming(void *dst, const void *src, size_t n) { copyWith<true>(dst, src, n); }
 
 }  // namespace flagcx

@@ -168,20 +168,23 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
   size_t batched = 0, batches = 0, pending = 0;
   size_t due = static_cast<size_t>(paramInt(Param::P2P_IPC_BATCH_BYTES));
   if (!due) due = SIZE_MAX;
+  auto issue = [&] {
+    bool done = ipcCopyBatch(kernel, other) == 0;
+    batched += kernel.size();
+    batches++;
+    kernel.clear();
+    other.clear();
+    pending = 0;
+    return done;
+  };
   {
     IpcLast lastIpc;
     const Region *lastRegion = nullptr;
     std::shared_lock<std::shared_mutex> lk(c->engine->mrMu);
     for (size_t i = 0; ok && i < n; i++) {
       if (pending >= due) {
-        ok = ipcCopyBatch(kernel, other) == 0;
-        batched += kernel.size();
-        batches++;
-        kernel.clear();
-        other.clear();
-        pending = 0;
         due = std::max(due, std::min(due * 2, size_t{256} << 20));
-        if (!ok) break;
+        if (!(ok = issue())) break;
       }
       char *remote = nullptr;
       ok = ipcBufs[i] && ipcRemote(ipcBufs[i], sizes[i], &remote, &lastIpc) == 0;
@@ -197,9 +200,7 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
     }
   }
   clk::time_point t1 = timed ? clk::now() : clk::time_point{};
-  ok = ok && ipcCopyBatch(kernel, other) == 0;
-  batched += kernel.size();
-  batches++;
+  ok = ok && issue();
   clk::time_point t2 = timed ? clk::now() : clk::time_point{};
   ok = ipcFlush() == 0 && ok;
   if (timed) {
