@@ -397,11 +397,12 @@ const char *ncclGetErrorString(ncclResult_t result) {
 
 const char *ncclGetLastError(ncclComm_t comm) {
   if (const char *e = lastError()) return e;
-  flagcxComm_t fc = comm && comm->magic == ncclComm::kMagic &&
-                            comm->state.load() == ncclComm::kReady
-                        ? comm->fc
-                        : nullptr;
-  return flagcxGetLastError(fc);
+  bool ready = comm && comm->magic == ncclComm::kMagic && comm->state.load() == ncclComm::kReady;
+  // A direct communicator's operations return NVIDIA's results unchanged
+  // (coll.cc): its reason is NVIDIA's.
+  if (ready && comm->direct.getLastError)
+    if (const char *e = comm->direct.getLastError(comm->direct.comm); e && *e) return e;
+  return flagcxGetLastError(ready ? comm->fc : nullptr);
 }
 
 #pragma GCC diagnostic push

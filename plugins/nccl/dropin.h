@@ -49,12 +49,17 @@ struct Direct {
 
 }  // namespace ncclx
 
-// What ncclComm_t points to.
-struct ncclComm {
+// What ncclComm_t points to.  The fields a direct collective reads (magic,
+// state, NVIDIA's communicator and the first entry points) share the first
+// cache line: at one rank an out-of-place call spends microseconds in the
+// CUDA driver, which evicts whatever the drop-in touched, so every line the
+// drop-in reads per call is a miss (docs/NCCL-DROPIN.md, session 12).
+struct alignas(64) ncclComm {
   static constexpr uint64_t kMagic = 0x58434347414c464eull;  // "NFLAGCCX"
   enum State : int { kReady = 0, kDeferred = 1, kRunning = 2, kFailed = 3 };
   uint64_t magic = kMagic;
   std::atomic<int> state{kReady};
+  ncclx::Direct direct;  // set once fc exists (setDirect); 24 bytes in: comm, allReduce..reduceScatter
   flagcxComm_t fc = nullptr;
   int device = -1;
   int rank = -1, nranks = 0;
@@ -65,9 +70,7 @@ struct ncclComm {
   std::mutex mu;           // initThread, premul
   std::vector<ncclx::PreMul> premul;
   flagcxStream_t groupStream = nullptr;  // host adapter: NULL stream inside a group
-  ncclx::Direct direct;                  // set once fc exists (setDirect)
 };
-
 struct ncclWindow_vidmem {
   static constexpr uint64_t kMagic = 0x574f444e49574e4eull;
   uint64_t magic = kMagic;

@@ -16,8 +16,12 @@ ncclResult_t settle(const char *fn, ncclComm *c);
 // Groups (comm.cc): ncclGroupStart only counts; flagcx's group is opened
 // by the first call inside it that goes through flagcx (enter), NVIDIA's by
 // the first direct call (coll.cc), and ncclGroupEnd closes what was opened.
-extern thread_local int t_groupDepth;
-extern thread_local bool t_flagcxGroupOpen;
+// __thread, not thread_local: no C++ wrapper function per access (the
+// collectives read the depth on every call); the drop-in is compiled with
+// TLS descriptors (-mtls-dialect=gnu2, meson.build) so that the read costs a
+// load, not a call to __tls_get_addr, even when the library is dlopen'ed.
+extern __thread int t_groupDepth;
+extern __thread bool t_flagcxGroupOpen;
 ncclResult_t openFlagcxGroup(const char *fn);
 bool vendorGroupOpen(ncclResult_t (*start)(), ncclResult_t (*end)());
 

@@ -26,10 +26,10 @@ struct GroupState {
 thread_local GroupState t_group;
 }  // namespace
 
-thread_local int t_groupDepth = 0;
-thread_local bool t_flagcxGroupOpen = false;
+__thread int t_groupDepth = 0;
+__thread bool t_flagcxGroupOpen = false;
 namespace {
-thread_local ncclResult_t (*t_vendorGroupEnd)() = nullptr;  // NVIDIA's group, when opened
+__thread ncclResult_t (*t_vendorGroupEnd)() = nullptr;  // NVIDIA's group, when opened
 }  // namespace
 
 ncclResult_t openFlagcxGroup(const char *fn) {

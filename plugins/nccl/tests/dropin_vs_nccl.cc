@@ -9,9 +9,15 @@
 //
 // Both are dlopen'ed RTLD_LOCAL (the drop-in's flagcx pass-through must be
 // given FLAGCX_NCCL_LIB=REAL_LIBNCCL: the same NVIDIA library then serves
-// both).  For every op and size: the best round's time per call of each, out
-// of place and in place; the bound of issue 16 (1 % at >= 1 MiB, 0.3 us
-// below) on the out-of-place time.  A benchmark, not a test: exit 0 when the
+// both).  For every op and size and every round, each library's time per
+// call out of place and in place, the three timed next to each other (order
+// rotating per round).  The statistic is the median over rounds of the
+// paired difference drop-in - NCCL-A: pairing cancels what drifts between
+// rounds (clocks, the other libraries' state), the median ignores the rare
+// lucky or unlucky block that decides a best-of-N comparison (session 12:
+// best-of-60 moved cells by more than the bound in both directions, for
+// NVIDIA against itself too).  The bound of issue 16 (1 % at >= 1 MiB,
+// 0.3 us below) is applied to that median, for the drop-in and the control.  A benchmark, not a test: exit 0 when the
 // drop-in is within the bound everywhere.  Built by tools/nccl-dropin-gpu.sh.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -159,34 +165,52 @@ int main(int argc, char **argv) {
   CU(cudaMalloc(&in, maxBytes));
   CU(cudaMalloc(&out, maxBytes));
   CU(cudaMemset(in, 0, maxBytes));
-  printf("one rank, GPU 0, float32, %d alternating rounds, best round each; in-place: send == recv\n",
-         rounds);
-  printf("%-15s %10s %9s %9s %8s %7s %9s %6s   in-place: %6s %7s %6s\n", "op", "bytes", "NCCL us",
-         "drop-in", "diff us", "diff %", "NCCL-B", "bound", "NCCL", "drop-in", "diff");
+  printf("one rank, GPU 0, float32, %d alternating rounds; in-place: send == recv\n", rounds);
+  printf("diff = median over rounds of (drop-in - NCCL-A) timed next to each other in the same round;\n"
+         "ctrl = the same for a second NVIDIA communicator (NCCL-B - NCCL-A): the method's own noise\n");
+  printf("%-15s %10s %8s %8s %8s %7s %8s %6s %6s   in-place: %6s %6s %6s\n", "op", "bytes", "NCCL us",
+         "best", "diff us", "diff %", "ctrl us", "bound", "ctrl", "NCCL", "diff", "ctrl");
   bool ok = true;
+  int over[2] = {0, 0};
+  // times[mode][lib][round]; mode 0 out of place, 1 in place
+  std::vector<double> times[2][3];
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  auto pairedDiff = [&](int mode, int which) {
+    std::vector<double> d(rounds);
+    for (int r = 0; r < rounds; r++) d[r] = times[mode][which][r] - times[mode][0][r];
+    return median(d);
+  };
   for (int op = 0; op < 7; op++) {
     for (size_t bytes = 8; bytes <= maxBytes; bytes *= 4) {
       size_t count = bytes / sizeof(float);
       if (count == 0) count = 1;
       int iters = bytes >= (8u << 20) ? 50 : 200;
-      double best[2][3];
-      for (auto &b : best) std::fill(b, b + 3, 1e18);
+      for (auto &m : times)
+        for (auto &v : m) v.assign(rounds, 0.0);
       for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < 3; k++) {
           int which = (r + k) % 3;  // a different order every round
-          best[0][which] = std::min(best[0][which], timed(lib[which], op, in, out, count, s, iters));
-          best[1][which] = std::min(best[1][which], timed(lib[which], op, out, out, count, s, iters));
+          times[0][which][r] = timed(lib[which], op, in, out, count, s, iters);
+          times[1][which][r] = timed(lib[which], op, out, out, count, s, iters);
         }
       }
-      double diff = best[0][1] - best[0][0];
-      double pct = 100.0 * diff / best[0][0];
-      bool within = bytes >= (1u << 20) ? pct <= 1.0 : diff <= 0.3;
-      ok = ok && within;
-      printf("%-15s %10zu %9.2f %9.2f %8.2f %7.2f %9.2f %6s   in-place: %6.2f %7.2f %6.2f\n", kOps[op],
-             count * sizeof(float), best[0][0], best[0][1], diff, pct, best[0][2], within ? "ok" : "OVER",
-             best[1][0], best[1][1], best[1][1] - best[1][0]);
+      double base = median(times[0][0]);
+      double best = *std::min_element(times[0][0].begin(), times[0][0].end());
+      double diff = pairedDiff(0, 1), ctrl = pairedDiff(0, 2);
+      auto within = [&](double d) { return bytes >= (1u << 20) ? 100.0 * d / base <= 1.0 : d <= 0.3; };
+      ok = ok && within(diff);
+      over[0] += !within(diff);
+      over[1] += !within(ctrl);
+      printf("%-15s %10zu %8.2f %8.2f %8.2f %7.2f %8.2f %6s %6s   in-place: %6.2f %6.2f %6.2f\n", kOps[op],
+             count * sizeof(float), base, best, diff, 100.0 * diff / base, ctrl, within(diff) ? "ok" : "OVER",
+             within(ctrl) ? "ok" : "OVER", median(times[1][0]), pairedDiff(1, 1), pairedDiff(1, 2));
     }
   }
+  printf("cells over the bound: drop-in %d, control (NVIDIA against NVIDIA) %d\n", over[0], over[1]);
   printf("drop-in within the bound (1 %% at >= 1 MiB, 0.3 us below) everywhere: %s\n", ok ? "yes" : "NO");
   for (auto &l : lib) l.commDestroy(l.comm);
   return ok ? 0 : 1;
