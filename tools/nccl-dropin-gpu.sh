@@ -18,6 +18,8 @@
 #   NCCLX_MAX=size           largest message of the correctness runs (128M)
 #   NCCLX_INPROC_ROUNDS, NCCLX_INPROC_MAX_MIB   inproc's rounds (20) and
 #                            largest message (32 MiB)
+#   NCCLX_INPROC_RUNS        inproc's separate runs of the table (1), pooled
+#                            into one verdict (plugins/nccl/tests/inproc_pool.py)
 #
 # What each stage runs (nccl-tests' 7 binaries: all_reduce all_gather
 # reduce_scatter broadcast reduce alltoall sendrecv, all with -c 1):
@@ -302,10 +304,23 @@ fi
 if want inproc; then
   PIN="taskset -c ${NCCLX_CMP_CPUS:-0-3}"
   command -v taskset >/dev/null || PIN=
-  dropin_env $PIN timeout 240 "$NT/dropin_vs_nccl" "$REAL_NCCL" "$DROPIN/libnccl.so.2" \
-    "${NCCLX_INPROC_ROUNDS:-20}" "${NCCLX_INPROC_MAX_MIB:-32}" > "$O/inproc.txt" 2>&1
-  rc=$?
-  result inproc $rc "$(tail -1 "$O/inproc.txt")"
+  # NCCLX_INPROC_RUNS: separate runs (processes) of the whole table.
+  runs=${NCCLX_INPROC_RUNS:-1} good=0 rc=0
+  : > "$O/inproc.txt"
+  for k in $(seq 1 "$runs"); do
+    echo "### run $k of $runs" >> "$O/inproc.txt"
+    dropin_env $PIN timeout 240 "$NT/dropin_vs_nccl" "$REAL_NCCL" "$DROPIN/libnccl.so.2" \
+      "${NCCLX_INPROC_ROUNDS:-20}" "${NCCLX_INPROC_MAX_MIB:-32}" >> "$O/inproc.txt" 2>&1
+    r=$?
+    [ $r -eq 0 ] && good=$((good + 1)) || rc=$r
+  done
+  # The verdict pools the runs (median of their medians per cell): one run
+  # of 60 rounds still moves a cell across a 40-60 ns bound now and then,
+  # for NVIDIA against itself too (plugins/nccl/tests/inproc_pool.py).
+  python3 plugins/nccl/tests/inproc_pool.py "$O/inproc.txt" > "$O/inproc-pooled.txt" 2>&1
+  prc=$?
+  [ "$(grep -c '^cells over' "$O/inproc.txt")" -lt "$runs" ] && prc=2  # a run did not finish
+  result inproc $prc "$(cat "$O/inproc-pooled.txt"); single runs within it: $good of $runs"
 fi
 
 # ---- two processes sharing GPU 0 (flagcx's engine) ----

@@ -49,7 +49,7 @@ bool hostAdapter() {
 }
 
 ncclResult_t mapStreamSlow(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
-  if (!s && t_groupDepth > 0 && hostAdapter()) {
+  if (!s && t_g.depth > 0 && hostAdapter()) {
     std::lock_guard<std::mutex> lk(c->mu);
     if (!c->groupStream) {
       flagcxResult_t r = device()->streamCreate(&c->groupStream);
@@ -233,7 +233,7 @@ inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const v
       c->state.load(std::memory_order_acquire) != ncclComm::kReady || (count && (!a || !b)))
     return nullptr;
   F f = c->direct.*fn;
-  if (__builtin_expect(f && t_groupDepth > 0, 0) && !vendorGroupOpen(c->direct.groupStart, c->direct.groupEnd))
+  if (__builtin_expect(f && t_g.depth > 0, 0) && !vendorGroupOpen(c->direct.groupStart, c->direct.groupEnd))
     return nullptr;  // the usual path then
   return f;
 }

@@ -16,18 +16,27 @@ ncclResult_t settle(const char *fn, ncclComm *c);
 // Groups (comm.cc): ncclGroupStart only counts; flagcx's group is opened
 // by the first call inside it that goes through flagcx (enter), NVIDIA's by
 // the first direct call (coll.cc), and ncclGroupEnd closes what was opened.
-// __thread, not thread_local: no C++ wrapper function per access (the
-// collectives read the depth on every call); the drop-in is compiled with
-// TLS descriptors (-mtls-dialect=gnu2, meson.build) so that the read costs a
-// load, not a call to __tls_get_addr, even when the library is dlopen'ed.
-extern __thread int t_groupDepth;
-extern __thread bool t_flagcxGroupOpen;
+// The calling thread's group, one plain __thread struct: no C++ wrapper per
+// access and one TLS lookup for all of it (a send/recv group reads it in
+// each of its four calls).  The drop-in is compiled with TLS descriptors
+// (-mtls-dialect=gnu2, meson.build): a lookup is then a load, not a call to
+// __tls_get_addr, even when the library is dlopen'ed.
+struct GroupTls {
+  int depth;                       // ncclGroupStart minus ncclGroupEnd
+  bool flagcxOpen;                 // flagcx's group was opened (enter)
+  bool work;                       // t_group (group.cc) holds something to do at the end
+  ncclResult_t (*vendorEnd)();     // NVIDIA's group, when the first direct call opened it
+};
+extern __thread GroupTls t_g;
 ncclResult_t openFlagcxGroup(const char *fn);
-bool vendorGroupOpen(ncclResult_t (*start)(), ncclResult_t (*end)());
+bool vendorGroupOpenSlow(ncclResult_t (*start)(), ncclResult_t (*end)());
+inline bool vendorGroupOpen(ncclResult_t (*start)(), ncclResult_t (*end)()) {
+  return t_g.vendorEnd || vendorGroupOpenSlow(start, end);
+}
 
 // A usable communicator: one compare on the fast path.
 inline ncclResult_t enter(const char *fn, ncclComm *c, flagcxComm_t *fc) {
-  if (__builtin_expect(t_groupDepth > 0, 0) && !t_flagcxGroupOpen)
+  if (__builtin_expect(t_g.depth > 0, 0) && !t_g.flagcxOpen)
     if (ncclResult_t r = openFlagcxGroup(fn); r != ncclSuccess) return r;
   if (c && c->magic == ncclComm::kMagic &&
       c->state.load(std::memory_order_acquire) == ncclComm::kReady) {
@@ -65,7 +74,7 @@ extern thread_local StreamHit t_stream;
 bool hostAdapter();
 inline ncclResult_t mapStream(ncclComm *c, cudaStream_t s, flagcxStream_t *out) {
   if (t_stream.valid && t_stream.native == s && t_stream.device == c->device &&
-      (s || t_groupDepth == 0)) {
+      (s || t_g.depth == 0)) {
     *out = t_stream.mapped;
     return ncclSuccess;
   }

@@ -26,37 +26,34 @@ struct GroupState {
 thread_local GroupState t_group;
 }  // namespace
 
-__thread int t_groupDepth = 0;
-__thread bool t_flagcxGroupOpen = false;
-namespace {
-__thread ncclResult_t (*t_vendorGroupEnd)() = nullptr;  // NVIDIA's group, when opened
-}  // namespace
+__thread GroupTls t_g = {0, false, false, nullptr};
 
 ncclResult_t openFlagcxGroup(const char *fn) {
   flagcxResult_t r = flagcxGroupStart(nullptr);
   if (r != flagcxSuccess) return fromFlagcx(fn, r);
-  t_flagcxGroupOpen = true;
+  t_g.flagcxOpen = true;
   return ncclSuccess;
 }
 
-bool vendorGroupOpen(ncclResult_t (*start)(), ncclResult_t (*end)()) {
-  if (t_vendorGroupEnd) return true;
+bool vendorGroupOpenSlow(ncclResult_t (*start)(), ncclResult_t (*end)()) {
   if (!start || !end || start() != ncclSuccess) return false;
-  t_vendorGroupEnd = end;
+  t_g.vendorEnd = end;
   return true;
 }
 
-bool inGroup() { return t_groupDepth > 0; }
+bool inGroup() { return t_g.depth > 0; }
 
 void groupStreamsUsed(ncclComm *c) {
+  t_g.work = true;
   if (std::find(t_group.streams.begin(), t_group.streams.end(), c) == t_group.streams.end())
     t_group.streams.push_back(c);
 }
 
 void releaseLater(void *p, flagcxStream_t fs) {
-  if (t_groupDepth > 0)
+  if (t_g.depth > 0) {
+    t_g.work = true;
     t_group.frees.emplace_back(p, fs);
-  else
+  } else
     device()->deviceFree(p, flagcxMemDevice, fs);
 }
 
@@ -69,46 +66,58 @@ ncclResult_t groupStreamsWait() {
   t_group.streams.clear();
   return res;
 }
-void defer(Deferred d) { t_group.deferred.push_back(std::move(d)); }
+void defer(Deferred d) {
+  t_g.work = true;
+  t_group.deferred.push_back(std::move(d));
+}
 
 }  // namespace ncclx
 
 extern "C" {
 
 ncclResult_t ncclGroupStart() {
-  t_groupDepth++;
+  t_g.depth++;
   return ncclSuccess;
 }
 
+// The end of a group that held only direct calls (a send/recv pair, the
+// usual case) is NVIDIA's ncclGroupEnd as a tail call: its result reaches
+// the caller unchanged, as for a direct collective (coll.cc).
 ncclResult_t ncclGroupEnd() {
   const char *fn = "ncclGroupEnd";
-  if (t_groupDepth == 0) return fail(ncclInvalidUsage, fn, "no group is open (ncclGroupStart)");
-  if (--t_groupDepth > 0) return ncclSuccess;  // the outermost end launches
+  GroupTls &g = t_g;
+  if (g.depth == 0) return fail(ncclInvalidUsage, fn, "no group is open (ncclGroupStart)");
+  if (--g.depth > 0) return ncclSuccess;  // the outermost end launches
+  auto end = g.vendorEnd;
+  g.vendorEnd = nullptr;
+  if (__builtin_expect(!g.flagcxOpen && !g.work, 1)) return end ? end() : ncclSuccess;
   ncclResult_t r = ncclSuccess;
-  if (auto end = t_vendorGroupEnd) {
-    t_vendorGroupEnd = nullptr;
+  if (end) {
     r = end();
     if (r != ncclSuccess && r != ncclInProgress)
       r = fail(r, fn, "NVIDIA's ncclGroupEnd: %s", ncclGetErrorString(r));
   }
-  if (t_flagcxGroupOpen) {
-    t_flagcxGroupOpen = false;
+  if (g.flagcxOpen) {
+    g.flagcxOpen = false;
     ncclResult_t f = fromFlagcx(fn, flagcxGroupEnd(nullptr));
     if (r == ncclSuccess) r = f;
   }
-  if (!t_group.streams.empty()) {
-    ncclResult_t w = groupStreamsWait();
-    if (r == ncclSuccess) r = w;
-  }
-  if (!t_group.frees.empty()) {
-    for (auto &f : t_group.frees) device()->deviceFree(f.first, flagcxMemDevice, f.second);
-    t_group.frees.clear();
-  }
-  if (!t_group.deferred.empty()) {
-    std::vector<Deferred> items;
-    items.swap(t_group.deferred);
-    ncclResult_t c = runAll(items);
-    if (r == ncclSuccess) r = c;
+  if (g.work) {
+    g.work = false;
+    if (!t_group.streams.empty()) {
+      ncclResult_t w = groupStreamsWait();
+      if (r == ncclSuccess) r = w;
+    }
+    if (!t_group.frees.empty()) {
+      for (auto &f : t_group.frees) device()->deviceFree(f.first, flagcxMemDevice, f.second);
+      t_group.frees.clear();
+    }
+    if (!t_group.deferred.empty()) {
+      std::vector<Deferred> items;
+      items.swap(t_group.deferred);
+      ncclResult_t c = runAll(items);
+      if (r == ncclSuccess) r = c;
+    }
   }
   return r;
 }
