@@ -29,7 +29,7 @@ using namespace flagcx::p2p;
 namespace {
 
 constexpr uint32_t kHelloKindP2p = 4;
-constexpr uint32_t kInfoVersion = 1;
+constexpr uint32_t kInfoVersion = 2;
 
 struct Info {
   uint32_t version;
@@ -44,6 +44,8 @@ struct Info {
   uint32_t nregions;
   uint32_t lanePort;  // accepting side only
   uint8_t laneToken[16];
+  uint32_t rdmaKind;  // FlagcxP2pEngine::rdmaKind
+  uint32_t pad;
 };
 
 struct LaneHello {
@@ -124,7 +126,17 @@ Info localInfo(FlagcxP2pEngine *e, uint32_t nregions) {
   in.cookie = cmaCookie();
   in.shmDisable = paramInt(Param::SHM_DISABLE) != 0;
   in.nregions = nregions;
+  in.rdmaKind = e->rdmaKind;
   return in;
+}
+
+// Do both ends set up a queue pair?  The same answer on both sides: peers
+// on other hosts with RDMA devices of one kind, or, on one host, when shared
+// memory is off at either end (how the tests reach verbs on one machine).
+bool verbsWanted(const Info &mine, const Info &peer) {
+  if (mine.rdmaKind == 0 || mine.rdmaKind != peer.rdmaKind) return false;
+  if (peer.hostId != mine.hostId) return true;
+  return peer.pid != mine.pid && (mine.shmDisable || peer.shmDisable);
 }
 
 // May this process move the peer's bytes by CMA?
@@ -162,6 +174,7 @@ void closeLaneFds(FlagcxP2pConn *c) {
 }
 
 void adopt(FlagcxP2pEngine *e, FlagcxP2pConn *c) {
+  verbsStart(c);
   for (auto &l : c->out) startLane(c, l.get());
   for (auto &l : c->in) startLane(c, l.get());
   std::lock_guard<std::mutex> lk(e->connMu);
@@ -197,6 +210,9 @@ FlagcxP2pConn *acceptOn(FlagcxP2pEngine *e, int fd, Clock::time_point dl) {
     c = newConn(e, mine, peer, peerTable, host);
     c->cmaIn = canIn;
     c->cmaOut = canOut;
+    ok = !verbsWanted(mine, peer) || verbsHandshake(c, fd, dl);
+  }
+  if (ok) {
     size_t want = c->out.size() + c->in.size(), got = 0;
     while (ok && got < want) {
       int s = -1;
@@ -234,9 +250,9 @@ FlagcxP2pConn *acceptOn(FlagcxP2pEngine *e, int fd, Clock::time_point dl) {
     return nullptr;
   }
   adopt(e, c);
-  INFO(kP2P, "P2P: accepted a connection from %s (pid %d, %s, %zu lanes each way, CMA in %d out %d)",
-       host.c_str(), c->remotePid, c->isLocal ? "same host" : "other host", c->out.size(),
-       c->cmaIn ? 1 : 0, c->cmaOut ? 1 : 0);
+  INFO(kP2P, "P2P: accepted a connection from %s (pid %d, %s, %zu lanes each way, CMA in %d out %d, "
+       "verbs %d)", host.c_str(), c->remotePid, c->isLocal ? "same host" : "other host",
+       c->out.size(), c->cmaIn ? 1 : 0, c->cmaOut ? 1 : 0, c->verbs ? 1 : 0);
   return c;
 }
 
@@ -298,6 +314,7 @@ FlagcxP2pEngine *flagcxP2pEngineCreate() {
   }
   INFO(kP2P, "P2P: engine listening on %s (interface %s)", e->addr.str().c_str(),
        e->ifname.c_str());
+  openRdma(e);
   return e;
 }
 
@@ -318,6 +335,7 @@ void flagcxP2pEngineDestroy(FlagcxP2pEngine *engine) {
   }
   for (FlagcxP2pConn *c : conns) {
     c->closing.store(true);
+    verbsStop(c);
     sayBye(c);
     for (auto &l : c->out) stopLane(l.get());
     for (auto &l : c->in) stopLane(l.get());
@@ -369,6 +387,9 @@ FlagcxP2pConn *flagcxP2pEngineConnect(FlagcxP2pEngine *engine, const char *ipAdd
     c = newConn(engine, mine, their, theirTable, numericHost(peer));
     c->cmaIn = canIn;
     c->cmaOut = canOut;
+    ok = !verbsWanted(mine, their) || verbsHandshake(c, fd, dl);
+  }
+  if (ok) {
     SockAddr laddr = peer;
     laddr.setPort(static_cast<int>(their.lanePort));
     for (uint32_t dir = 0; dir < 2 && ok; dir++)
@@ -399,9 +420,9 @@ FlagcxP2pConn *flagcxP2pEngineConnect(FlagcxP2pEngine *engine, const char *ipAdd
     INFO(kP2P, "flagcxP2pEngineConnect: sameProcess asked but %s is pid %d", hp.c_str(),
          c->remotePid);
   adopt(engine, c);
-  INFO(kP2P, "P2P: connected to %s (pid %d, %s, %zu lanes each way, CMA out %d in %d)",
+  INFO(kP2P, "P2P: connected to %s (pid %d, %s, %zu lanes each way, CMA out %d in %d, verbs %d)",
        hp.c_str(), c->remotePid, c->isLocal ? "same host" : "other host", c->out.size(),
-       c->cmaOut ? 1 : 0, c->cmaIn ? 1 : 0);
+       c->cmaOut ? 1 : 0, c->cmaIn ? 1 : 0, c->verbs ? 1 : 0);
   return c;
 }
 
@@ -444,6 +465,7 @@ void flagcxP2pEngineConnDestroy(FlagcxP2pConn *conn) {
       s = s->second == conn ? e->sessions.erase(s) : std::next(s);
   }
   conn->closing.store(true);
+  verbsStop(conn);
   sayBye(conn);
   for (auto &l : conn->out) stopLane(l.get());
   for (auto &l : conn->in) stopLane(l.get());

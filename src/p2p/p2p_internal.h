@@ -27,6 +27,7 @@
 
 #include "adapters/device/adapter.h"
 #include "flagcx_p2p.h"
+#include "net/ibverbs/rdma_device.h"
 #include "rendezvous/socket.h"
 
 namespace flagcx::p2p {
@@ -39,6 +40,7 @@ struct Region {
   uint32_t rkey = 0;
   bool device = false;  // device memory (CUDA): IPC-exportable, staged on TCP/CMA
   std::vector<char> ipcRef;  // DeviceAdapter::kIpcRefBytes when device
+  std::unique_ptr<rdma::Mr> vmr;  // registered with the engine's RDMA device (host memory)
 };
 
 // What a peer learns of a region (wire format).
@@ -47,8 +49,10 @@ struct WireRegion {
   uint64_t size;
   uint32_t rkey;
   uint32_t device;
+  uint32_t vkey;  // the RDMA device's rkey; 0: not reachable over verbs
+  uint32_t pad;
 };
-static_assert(sizeof(WireRegion) == 24);
+static_assert(sizeof(WireRegion) == 32);
 
 // ---- transfers -----------------------------------------------------------
 enum class Op : uint8_t { Write = 1, Read = 2, Notif = 3, Send = 4, Table = 5, Bye = 6 };
@@ -90,6 +94,8 @@ struct RecvMsg {
   std::vector<char> bytes;
 };
 
+struct VerbsPath;  // p2p_verbs.cc
+
 }  // namespace flagcx::p2p
 
 struct FlagcxP2pConn {
@@ -105,6 +111,7 @@ struct FlagcxP2pConn {
   std::atomic<bool> closing{false};
   std::string deadWhy;  // first cause, under xferMu
 
+  std::shared_ptr<flagcx::p2p::VerbsPath> verbs;  // one-sided pieces over verbs, when chosen
   std::vector<std::unique_ptr<flagcx::p2p::Lane>> out;  // we initiate
   std::vector<std::unique_ptr<flagcx::p2p::Lane>> in;   // the peer initiates
   std::atomic<uint64_t> rr{0};  // round-robin over `out`
@@ -123,6 +130,10 @@ struct FlagcxP2pConn {
 };
 
 struct FlagcxP2pEngine {
+  // The RDMA device (verbs, or the software device in tests), if any;
+  // declared before `regions`, whose memory registrations it outlives.
+  std::shared_ptr<flagcx::rdma::Device> rdma;
+  uint32_t rdmaKind = 0;  // 0 none, 1 verbs, 2 the software device
   int listenFd = -1;
   flagcx::SockAddr addr;  // where the engine listens (FLAGCX_SOCKET_IFNAME)
   std::string ifname;
@@ -159,6 +170,8 @@ std::vector<WireRegion> regionTable(FlagcxP2pEngine *e);
 DeviceAdapter *deviceAdapter();  // CUDA adapter when usable, else nullptr
 
 // p2p_lane.cc
+// A job ended: its transfer counts it, failed ones log once.
+void finish(FlagcxP2pConn *c, Job &j, bool ok, const char *why);
 void startLane(FlagcxP2pConn *c, Lane *l);
 void sayBye(FlagcxP2pConn *c);  // tell the peer we close, on every lane we initiate
 void stopLane(Lane *l);  // ends the lane's thread and closes its socket
@@ -182,6 +195,20 @@ int ipcFlush();  // waits for the queued copies
 
 // p2p_xfer.cc
 void pushNotif(const FlagcxP2pNotifyMsg &m);
+std::shared_ptr<Xfer> track(FlagcxP2pConn *c, uint64_t jobs);
+
+// p2p_verbs.cc: the verbs data path (docs/P2P.md, "Verbs").
+void openRdma(FlagcxP2pEngine *e);  // at engine creation: FLAGCX_NET, FLAGCX_IB_SOFTWARE_DEVICE
+// During the handshake, on the control fd, once both Infos are known and
+// both sides decided `want` alike: a queue pair each, addresses swapped,
+// connected.  false: the fd failed (the handshake fails); otherwise
+// c->verbs is set when both ends got a working queue pair.
+bool verbsHandshake(FlagcxP2pConn *c, int fd, Clock::time_point dl);
+void verbsStart(FlagcxP2pConn *c);
+void verbsStop(FlagcxP2pConn *c);
+// Take a Write or Read over verbs: 1 taken (*id set), 0 not for verbs (the
+// lanes take it), -1 refused (logged).
+int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id, const char *fn);
 
 // Wire constants.
 constexpr uint32_t kReqMagic = 0x50325051;  // "QP2P"

@@ -350,17 +350,6 @@ bool runJob(FlagcxP2pConn *c, Lane *l, Job &j, const char **why, bool *lost) {
   return true;
 }
 
-void finish(FlagcxP2pConn *c, Job &j, bool ok, const char *why) {
-  if (!ok) {
-    failOnce(*j.xfer, why, c);
-    j.xfer->task.failedCount.fetch_add(1, std::memory_order_release);
-  }
-  j.xfer->task.doneSliceCount.fetch_add(1, std::memory_order_release);
-  if (j.xfer->task.isAllDone()) {
-    std::lock_guard<std::mutex> lk(c->doneMu);
-    c->doneCv.notify_all();
-  }
-}
 
 void workerLoop(FlagcxP2pConn *c, Lane *l) {
   while (true) {
@@ -390,6 +379,18 @@ void workerLoop(FlagcxP2pConn *c, Lane *l) {
 }  // namespace
 
 namespace flagcx::p2p {
+
+void finish(FlagcxP2pConn *c, Job &j, bool ok, const char *why) {
+  if (!ok) {
+    failOnce(*j.xfer, why, c);
+    j.xfer->task.failedCount.fetch_add(1, std::memory_order_release);
+  }
+  j.xfer->task.doneSliceCount.fetch_add(1, std::memory_order_release);
+  if (j.xfer->task.isAllDone()) {
+    std::lock_guard<std::mutex> lk(c->doneMu);
+    c->doneCv.notify_all();
+  }
+}
 
 uint64_t cmaCookieAddr() { return reinterpret_cast<uint64_t>(&g_cookie); }
 

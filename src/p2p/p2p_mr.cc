@@ -57,7 +57,8 @@ std::vector<WireRegion> regionTable(FlagcxP2pEngine *e) {
   std::shared_lock<std::shared_mutex> lk(e->mrMu);
   std::vector<WireRegion> t;
   t.reserve(e->regions.size());
-  for (auto &[base, r] : e->regions) t.push_back(WireRegion{r.base, r.size, r.rkey, r.device});
+  for (auto &[base, r] : e->regions)
+    t.push_back(WireRegion{r.base, r.size, r.rkey, r.device, r.vmr ? r.vmr->rkey : 0, 0});
   return t;
 }
 
@@ -101,6 +102,17 @@ int flagcxP2pEngineReg(FlagcxP2pEngine *engine, uintptr_t data, size_t size, Fla
     if (!dev->ipcSupported() ||
         dev->ipcExport(reinterpret_cast<void *>(data), r.ipcRef.data()) != flagcxSuccess)
       r.ipcRef.clear();  // still usable through host staging
+  }
+  // Host memory is also registered with the RDMA device (remote write and
+  // read), for peers on other hosts (p2p_verbs.cc); device memory is not
+  // (that would need dma-buf, docs/RDMA.md): its pieces keep to the lanes.
+  if (engine->rdma && !r.device &&
+      engine->rdma->regMr(reinterpret_cast<void *>(data), size,
+                          rdma::kLocalWrite | rdma::kRemoteWrite | rdma::kRemoteRead,
+                          &r.vmr) != flagcxSuccess) {
+    WARN(kP2P, "flagcxP2pEngineReg: the RDMA device could not register [0x%lx, +%zu); peers "
+               "on other hosts reach it over the TCP lanes", static_cast<unsigned long>(data), size);
+    r.vmr.reset();
   }
   engine->mrBase[r.mrId] = data;
   mrId = r.mrId;

@@ -60,19 +60,13 @@ bool localOk(FlagcxP2pConn *c, const std::vector<Seg> &segs, const char *fn, boo
   return true;
 }
 
-std::shared_ptr<Xfer> track(FlagcxP2pConn *c, uint64_t jobs) {
-  auto x = std::make_shared<Xfer>();
-  x->id = g_nextXfer.fetch_add(1);
-  x->task.sliceCount.store(jobs, std::memory_order_release);
-  std::lock_guard<std::mutex> lk(c->xferMu);
-  c->xfers[x->id] = x;
-  return x;
-}
 
 // Deal `segs` over the lanes and post them; *id names the transfer.
 int submit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id, const char *fn) {
   bool device = false;
   if (!usable(c, fn) || !localOk(c, segs, fn, &device)) return -1;
+  if (!device)
+    if (int taken = verbsSubmit(c, op, segs, id, fn); taken != 0) return taken > 0 ? 0 : -1;
   size_t lanes = c->out.size();
   uint64_t total = 0;
   for (auto &s : segs) total += s.len;
@@ -247,6 +241,15 @@ int single(FlagcxP2pConn *c, Op op, const void *data, size_t size, const FlagcxP
 }  // namespace
 
 namespace flagcx::p2p {
+
+std::shared_ptr<Xfer> track(FlagcxP2pConn *c, uint64_t jobs) {
+  auto x = std::make_shared<Xfer>();
+  x->id = g_nextXfer.fetch_add(1);
+  x->task.sliceCount.store(jobs, std::memory_order_release);
+  std::lock_guard<std::mutex> lk(c->xferMu);
+  c->xfers[x->id] = x;
+  return x;
+}
 
 void pushNotif(const FlagcxP2pNotifyMsg &m) {
   std::lock_guard<std::mutex> lk(g_notifMu);

@@ -12,6 +12,11 @@
 #   killed   the target is killed (SIGKILL) midway: every later call fails
 #   stopped  the target is stopped (SIGSTOP) midway: every later call fails
 #            within FLAGCX_TIMEOUT (2 s here) instead of waiting forever
+#   verbs, verbs-killed, verbs-stopped
+#            the same as default, killed and stopped with Write/Read over
+#            verbs: the software RDMA device (FLAGCX_IB_SOFTWARE_DEVICE=1)
+#            and FLAGCX_SHM_DISABLE=1, which is how one host reaches the
+#            path that peers on other hosts with an RDMA NIC take
 set -u
 mode=$1
 bin=$2
@@ -34,6 +39,8 @@ case $mode in
   secret) ;;
   killed) ;;
   stopped) export FLAGCX_TIMEOUT=2 ;;
+  verbs*) export FLAGCX_IB_SOFTWARE_DEVICE=1 FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo
+          [ "$mode" = verbs-stopped ] && export FLAGCX_TIMEOUT=2 ;;
   netns)
     . "$(dirname "$0")/../../tools/netns-pair.sh"
     netns_pair_up "$tag" || skip "$why"
@@ -45,7 +52,7 @@ case $mode in
 esac
 tmode=all imode=all
 [ "$mode" = secret ] && tmode=refused imode=refused
-[ "$mode" = killed ] || [ "$mode" = stopped ] && imode=killed
+case $mode in killed|stopped|verbs-killed|verbs-stopped) imode=killed ;; esac
 envT=(env) envI=(env)
 [ "$mode" = secret ] && envT=(env FLAGCX_P2P_SECRET=alpha) envI=(env FLAGCX_P2P_SECRET=beta)
 "${envT[@]}" "${runT[@]}" "$bin" target "$dir" "$tmode" >"$dir/t.log" 2>&1 &
@@ -60,7 +67,10 @@ if [ "$imode" = killed ]; then
   # initiator see it.
   for _ in $(seq 600); do [ -e "$dir/ready-to-kill" ] && break; sleep 0.1; done
   [ -e "$dir/ready-to-kill" ] || { echo "FAIL: the initiator never got ready"; ok=1; }
-  if [ "$mode" = stopped ]; then kill -STOP "$pt"; else kill -9 "$pt"; wait "$pt" 2>/dev/null; fi
+  case $mode in
+    *stopped) kill -STOP "$pt" ;;
+    *) kill -9 "$pt"; wait "$pt" 2>/dev/null ;;
+  esac
   echo 1 > "$dir/killed"
   wait "$pi" || ok=1
   kill -9 "$pt" 2>/dev/null
@@ -83,6 +93,13 @@ case $mode in
   secret) expect t.log "refused a connection"
           expect i.log "refused as expected: ok" ;;
   killed|stopped) expect i.log "every call failed after the kill: ok" ;;
+  verbs) expect i.log "connected to .*same host.*CMA out 0 in 0, verbs 1"
+         expect t.log "accepted a connection from .*verbs 1"
+         expect i.log "RDMA device soft0 port 1 (software)"
+         expect i.log "transfer(s), [1-9][0-9]* bytes over verbs" ;;
+  verbs-killed|verbs-stopped)
+         expect i.log "connected to .*verbs 1"
+         expect i.log "every call failed after the kill: ok" ;;
 esac
 [ $ok = 0 ] && echo "PASS ($mode)"
 exit $ok

@@ -1,0 +1,295 @@
+// The verbs data path of the P2P engine (docs/P2P.md, "Verbs"): Write and
+// Read between hosts as RDMA WRITE / RDMA READ on one RC queue pair per
+// connection, straight between the registered regions of the two engines;
+// the target's CPU does nothing (on the software device of the tests its
+// connection's worker plays the target NIC inside poll()).
+//
+// When: both engines have an RDMA device of the same kind (verbs, or both
+// the software device), the connection is not within one process, and the
+// peer is on another host (or shared memory is off: FLAGCX_SHM_DISABLE=1,
+// how the tests reach this path on one host).  Host memory only: a piece in
+// device memory at either end keeps to the TCP lanes, as do messages,
+// notifications and the region table.
+//
+// Safety: the initiator checks every piece against the target's region
+// table (P2P key and range) before posting, so a bad descriptor is refused
+// without touching the queue pair; the target's NIC checks the verbs key
+// and range again.  A piece the NIC refuses anyway (a region deregistered
+// since the table was read) fails its transfer and moves the queue pair to
+// the error state: the connection then carries later transfers over its
+// lanes.  A dead peer (RetryExceeded) or a request unanswered within
+// FLAGCX_TIMEOUT fails the connection, as on the lanes.
+//
+// One worker thread per connection owns the queue pair: it takes jobs,
+// posts their pieces (at most the queue pair's depth in flight), polls
+// completions and ends transfers.
+#include <strings.h>
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+
+#include "base/backoff.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "p2p/p2p_internal.h"
+
+namespace flagcx::p2p {
+
+struct VerbsPath {
+  std::shared_ptr<rdma::Device> dev;
+  std::unique_ptr<rdma::Qp> qp;
+  std::thread th;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> q;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> broken{false};  // the queue pair failed: the lanes carry transfers
+  std::atomic<uint64_t> transfers{0}, bytes{0};  // taken over verbs (logged at the end)
+};
+
+namespace {
+
+constexpr uint64_t kMaxWrBytes = 1ull << 30;
+
+// A job in the worker: its pieces, how many are posted and in flight.
+struct Pending {
+  Job job;
+  size_t next = 0;
+  size_t inflight = 0;
+  bool failed = false;
+  bool reported = false;
+  const char *why = "";
+};
+
+void worker(FlagcxP2pConn *c, VerbsPath *v) {
+  std::list<Pending> active;
+  size_t outstanding = 0;
+  const size_t cap = static_cast<size_t>(std::max(1, v->qp->maxSendWr()));
+  const size_t batch = std::clamp<size_t>(flagcxP2pGlobalConfig().batchPollSize, 1, 512);
+  std::vector<rdma::Completion> wc(batch);
+  const int64_t t = paramInt(Param::TIMEOUT);
+  const auto timeout = std::chrono::seconds(t > 0 ? t : 600);
+  const bool soft = v->dev->kind()[0] == 's';
+  Backoff bo;
+  auto heard = Clock::now();  // the last completion, or the moment requests went out
+  auto report = [&](Pending &p) {
+    if (p.reported) return;
+    p.reported = true;
+    finish(c, p.job, !p.failed, p.why);
+  };
+  auto failAll = [&](const char *why) {
+    for (auto &p : active)
+      if (!p.failed) {
+        p.failed = true;
+        p.why = why;
+      }
+  };
+  while (!v->stop.load(std::memory_order_acquire)) {
+    bool progressed = false;
+    {
+      std::unique_lock<std::mutex> lk(v->mu);
+      // Fully idle: a hardware queue pair needs no polling; the software
+      // device serves the peer's requests inside poll(), so keep polling.
+      if (!soft && active.empty() && v->q.empty())
+        v->cv.wait_for(lk, std::chrono::milliseconds(1));
+      while (!v->q.empty()) {
+        active.push_back(Pending{std::move(v->q.front())});
+        v->q.pop_front();
+        progressed = true;
+      }
+    }
+    const bool usable = v->qp->state() == rdma::QpState::Ready && !v->broken.load();
+    if (!usable) failAll("the queue pair failed");
+    for (auto &p : active) {
+      while (usable && !p.failed && p.next < p.job.segs.size() && outstanding < cap) {
+        const Seg &s = p.job.segs[p.next];
+        rdma::SendWr wr;
+        wr.op = p.job.op == Op::Write ? rdma::Opcode::Write : rdma::Opcode::Read;
+        wr.wrId = reinterpret_cast<uint64_t>(&p);
+        wr.local = reinterpret_cast<void *>(s.local);
+        memcpy(&wr.lkey, p.job.data.data() + 4 * p.next, 4);  // the local verbs key
+        wr.length = static_cast<uint32_t>(s.len);
+        wr.remote = s.remote;
+        wr.rkey = s.rkey;  // the remote verbs key (verbsSubmit put it there)
+        if (v->qp->postSend(wr) != flagcxSuccess) {
+          p.failed = true;
+          p.why = "the RDMA device refused a request";
+          break;
+        }
+        if (outstanding == 0) heard = Clock::now();
+        p.next++;
+        p.inflight++;
+        outstanding++;
+        progressed = true;
+      }
+      if (outstanding >= cap) break;
+    }
+    int n = v->qp->poll(wc.data(), static_cast<int>(batch));
+    bool dead = false;
+    for (int i = 0; i < n; i++) {
+      auto *p = reinterpret_cast<Pending *>(wc[i].wrId);
+      p->inflight--;
+      outstanding--;
+      progressed = true;
+      heard = Clock::now();
+      if (wc[i].status == rdma::WcStatus::Success || p->failed) continue;
+      p->failed = true;
+      p->why = rdma::wcStatusName(wc[i].status);
+      if (wc[i].status == rdma::WcStatus::RetryExceeded || wc[i].status == rdma::WcStatus::Fatal)
+        dead = true;
+    }
+    if (v->qp->state() == rdma::QpState::Error && !v->broken.exchange(true))
+      WARN(kP2P, "P2P: the queue pair to %s failed; this connection's later transfers take its "
+                 "TCP lanes", c->peerHost.c_str());
+    if (dead) connMarkDead(c, "the peer's RDMA queue pair stopped answering (process gone?)");
+    // Requests in flight and nothing heard for FLAGCX_TIMEOUT: the peer is stuck.
+    if (outstanding > 0 && Clock::now() - heard > timeout) {
+      connMarkDead(c, "an RDMA request was not answered within FLAGCX_TIMEOUT");
+      v->broken.store(true);
+      failAll("the peer did not answer within FLAGCX_TIMEOUT");
+    }
+    // A failed job ends at once (its pieces still in flight are flushed by
+    // the failed queue pair, or never come back from a stuck peer); a job
+    // leaves the list once nothing of it is in flight.
+    for (auto it = active.begin(); it != active.end();) {
+      bool over = it->failed || it->next == it->job.segs.size();
+      if (over && (it->failed || it->inflight == 0)) report(*it);
+      if (over && it->inflight == 0)
+        it = active.erase(it);
+      else
+        ++it;
+    }
+    if (progressed) {
+      bo.progressed();
+    } else {
+      if (outstanding > 0) v->qp->checkPeer();
+      bo.idle();
+    }
+  }
+  // Stopping: everything not over fails (the connection is closing).
+  failAll("the connection was closed");
+  for (auto &p : active) report(p);
+  std::lock_guard<std::mutex> lk(v->mu);
+  for (auto &j : v->q) finish(c, j, false, "the connection was closed");
+  v->q.clear();
+}
+
+}  // namespace
+
+void openRdma(FlagcxP2pEngine *e) {
+  const std::string &net = paramStr(Param::NET);
+  int64_t soft = paramInt(Param::IB_SOFTWARE_DEVICE);
+  std::unique_ptr<rdma::Device> dev;
+  std::string why;
+  if (strcasecmp(net.c_str(), "Socket") == 0) {
+    why = "FLAGCX_NET=Socket";
+  } else if (soft == 1 || soft == 2) {
+    if (rdma::openSoftDevice(&dev) != flagcxSuccess) dev.reset();
+    why = "cannot open the software device";
+  } else if (rdma::openVerbsDevice(&dev, &why) != flagcxSuccess) {
+    dev.reset();
+  }
+  if (!dev) {
+    INFO(kP2P, "P2P: no RDMA device (%s): other hosts over the TCP lanes", why.c_str());
+    return;
+  }
+  e->rdmaKind = soft ? 2 : 1;
+  e->rdma = std::shared_ptr<rdma::Device>(std::move(dev));
+  INFO(kP2P, "P2P: RDMA device %s port %d (%s) for peers on other hosts",
+       e->rdma->port().device.c_str(), e->rdma->port().port, e->rdma->kind());
+}
+
+bool verbsHandshake(FlagcxP2pConn *c, int fd, Clock::time_point dl) {
+  FlagcxP2pEngine *e = c->engine;
+  auto v = std::make_shared<VerbsPath>();
+  v->dev = e->rdma;
+  rdma::QpAddr mine{}, theirs{};
+  uint8_t okMine = v->dev && v->dev->createQp(&v->qp) == flagcxSuccess &&
+                   v->qp->localAddr(&mine) == flagcxSuccess;
+  uint8_t okTheirs = 0;
+  if (sendAll(fd, &okMine, 1, dl) != flagcxSuccess || sendAll(fd, &mine, sizeof(mine), dl) != flagcxSuccess ||
+      recvAll(fd, &okTheirs, 1, dl) != flagcxSuccess || recvAll(fd, &theirs, sizeof(theirs), dl) != flagcxSuccess)
+    return false;
+  uint8_t connMine = okMine && okTheirs && v->qp->connect(theirs) == flagcxSuccess, connTheirs = 0;
+  if (sendAll(fd, &connMine, 1, dl) != flagcxSuccess || recvAll(fd, &connTheirs, 1, dl) != flagcxSuccess)
+    return false;
+  if (connMine && connTheirs) {
+    v->qp->connected();
+    c->verbs = std::move(v);
+  } else {
+    INFO(kP2P, "P2P: no queue pair with %s (%s side failed); its transfers take the TCP lanes",
+         c->peerHost.c_str(), connMine ? "the peer's" : "this");
+  }
+  return true;
+}
+
+void verbsStart(FlagcxP2pConn *c) {
+  if (VerbsPath *v = c->verbs.get()) v->th = std::thread(worker, c, v);
+}
+
+void verbsStop(FlagcxP2pConn *c) {
+  VerbsPath *v = c->verbs.get();
+  if (!v) return;
+  v->stop.store(true, std::memory_order_release);
+  v->cv.notify_all();
+  if (v->th.joinable()) v->th.join();
+  INFO(kP2P, "P2P: connection to %s: %lu transfer(s), %lu bytes over verbs", c->peerHost.c_str(),
+       static_cast<unsigned long>(v->transfers.load()), static_cast<unsigned long>(v->bytes.load()));
+}
+
+int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id, const char *fn) {
+  VerbsPath *v = c->verbs.get();
+  if (!v || v->broken.load() || (op != Op::Write && op != Op::Read)) return 0;
+  Job job;
+  job.op = op;
+  // Local verbs keys (4 bytes per piece, in job.data) and remote ones.
+  std::vector<uint32_t> lkeys;
+  {
+    FlagcxP2pEngine *e = c->engine;
+    std::shared_lock<std::shared_mutex> lk(e->mrMu);
+    std::lock_guard<std::mutex> rk(c->regionMu);
+    for (const Seg &s : segs) {
+      const Region *l = findRegion(e, s.local, s.len, 0);
+      if (!l || !l->vmr) return 0;  // device memory, or not registered with the device
+      const WireRegion *r = nullptr;
+      for (const WireRegion &w : c->remoteRegions)
+        if (s.remote >= w.base && s.remote - w.base <= w.size && s.len <= w.size - (s.remote - w.base)) {
+          r = &w;
+          break;
+        }
+      if (r && (r->device || r->vkey == 0)) return 0;  // the lanes stage device memory
+      if (!r || r->rkey != s.rkey) {
+        WARN(kP2P, "%s: remote [0x%lx, +%lu) %s; nothing was sent", fn,
+             static_cast<unsigned long>(s.remote), static_cast<unsigned long>(s.len),
+             !r ? "is not inside a region the peer registered" : "does not match the key of its region");
+        return -1;
+      }
+      for (uint64_t off = 0; off < s.len;) {
+        uint64_t n = std::min<uint64_t>(s.len - off, std::min<uint64_t>(kMaxWrBytes, flagcxP2pGlobalConfig().sliceSize));
+        job.segs.push_back(Seg{s.local + off, s.remote + off, n, r->vkey});
+        lkeys.push_back(l->vmr->lkey);
+        off += n;
+      }
+    }
+  }
+  v->transfers.fetch_add(1, std::memory_order_relaxed);
+  for (const Seg &s : job.segs) v->bytes.fetch_add(s.len, std::memory_order_relaxed);
+  job.data.resize(lkeys.size() * 4);
+  if (!lkeys.empty()) memcpy(job.data.data(), lkeys.data(), job.data.size());
+  auto x = track(c, 1);
+  *id = x->id;
+  job.xfer = x;
+  if (job.segs.empty()) {
+    x->task.doneSliceCount.store(1, std::memory_order_release);
+    return 1;
+  }
+  {
+    std::lock_guard<std::mutex> lk(v->mu);
+    v->q.push_back(std::move(job));
+  }
+  v->cv.notify_one();
+  return 1;
+}
+
+}  // namespace flagcx::p2p
