@@ -208,7 +208,9 @@ bool serveOne(FlagcxP2pConn *c, Lane *l, const ReqHdr &h, Clock::time_point dl) 
   std::vector<iovec> mine, theirs;
   bool device = false;
   for (auto &s : segs) {
-    const Region *r = findRegion(e, s.remote, s.len, s.rkey);
+    // A peer's piece names its region's key: 0 (findRegion's "any key")
+    // never matches, as on the verbs path.
+    const Region *r = s.rkey ? findRegion(e, s.remote, s.len, s.rkey) : nullptr;
     if (!r) {
       lk.unlock();
       INFO(kP2P, "P2P: refused a %s of [0x%lx, +%lu) from %s: not inside a registered region "

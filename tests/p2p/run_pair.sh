@@ -12,6 +12,8 @@
 #   killed   the target is killed (SIGKILL) midway: every later call fails
 #   stopped  the target is stopped (SIGSTOP) midway: every later call fails
 #            within FLAGCX_TIMEOUT (2 s here) instead of waiting forever
+#   netns-verbs  netns with the software RDMA device: two "hosts", so the
+#            handshake picks verbs as it would between real hosts
 #   verbs, verbs-killed, verbs-stopped
 #            the same as default, killed and stopped with Write/Read over
 #            verbs: the software RDMA device (FLAGCX_IB_SOFTWARE_DEVICE=1)
@@ -26,7 +28,7 @@ pids=()
 tag=fp$$
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  [ "$mode" = netns ] && netns_pair_down
+  case $mode in netns*) netns_pair_down ;; esac
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -41,7 +43,8 @@ case $mode in
   stopped) export FLAGCX_TIMEOUT=2 ;;
   verbs*) export FLAGCX_IB_SOFTWARE_DEVICE=1 FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo
           [ "$mode" = verbs-stopped ] && export FLAGCX_TIMEOUT=2 ;;
-  netns)
+  netns|netns-verbs)
+    [ "$mode" = netns-verbs ] && export FLAGCX_IB_SOFTWARE_DEVICE=1
     . "$(dirname "$0")/../../tools/netns-pair.sh"
     netns_pair_up "$tag" || skip "$why"
     export FLAGCX_SOCKET_FAMILY=AF_INET6
@@ -90,6 +93,8 @@ case $mode in
        expect t.log "engine listening on .* (interface lo)" ;;
   netns) expect i.log "connected to .*other host.*CMA out 0 in 0"
          expect i.log "connection is other host" ;;
+  netns-verbs) expect i.log "connected to .*other host.*CMA out 0 in 0, verbs 1"
+         expect i.log "transfer(s), [1-9][0-9]* bytes over verbs" ;;
   secret) expect t.log "refused a connection"
           expect i.log "refused as expected: ok" ;;
   killed|stopped) expect i.log "every call failed after the kill: ok" ;;
