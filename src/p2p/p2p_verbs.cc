@@ -99,6 +99,14 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
         progressed = true;
       }
     }
+    // A failed connection's queue pair is left alone: nothing of a peer that
+    // stopped answering is applied later to buffers whose transfers failed.
+    if (c->dead.load()) {
+      failAll("the connection has failed");
+      for (auto &p : active) report(p);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
     const bool usable = v->qp->state() == rdma::QpState::Ready && !v->broken.load();
     if (!usable) failAll("the queue pair failed");
     for (auto &p : active) {
