@@ -228,9 +228,13 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
 // (session 12 on the H200).  NVIDIA's result and its ncclGetLastError text
 // reach the caller unchanged, as without the drop-in.
 template <class F>
-inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const void *b) {
+inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const void *b,
+                ncclDataType_t t) {
+  // A datatype outside nccl.h's enum takes the usual path too, which names it
+  // in its one log line (a register compare, no memory touched).
   if (!c || c->magic != ncclComm::kMagic ||
-      c->state.load(std::memory_order_acquire) != ncclComm::kReady || (count && (!a || !b)))
+      c->state.load(std::memory_order_acquire) != ncclComm::kReady || (count && (!a || !b)) ||
+      static_cast<unsigned>(t) >= static_cast<unsigned>(ncclNumTypes))
     return nullptr;
   F f = c->direct.*fn;
   if (__builtin_expect(f && t_g.depth > 0, 0) && !vendorGroupOpen(c->direct.groupStart, c->direct.groupEnd))
@@ -270,7 +274,8 @@ static ncclResult_t allReduceSlow(const void *sendbuff, void *recvbuff, size_t c
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::allReduce, count, sendbuff, recvbuff); f && builtinOp(op))
+  if (auto f = direct(comm, &Direct::allReduce, count, sendbuff, recvbuff, datatype);
+      f && builtinOp(op))
     return f(sendbuff, recvbuff, count, datatype, op, comm->direct.comm, stream);
   return allReduceSlow(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
@@ -297,7 +302,8 @@ static ncclResult_t reduceSlow(const void *sendbuff, void *recvbuff, size_t coun
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::reduce, count, sendbuff, sendbuff); f && builtinOp(op))
+  if (auto f = direct(comm, &Direct::reduce, count, sendbuff, sendbuff, datatype);
+      f && builtinOp(op))
     return f(sendbuff, recvbuff, count, datatype, op, root, comm->direct.comm, stream);
   return reduceSlow(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
@@ -325,7 +331,7 @@ static ncclResult_t reduceScatterSlow(const void *sendbuff, void *recvbuff, size
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::reduceScatter, recvcount, sendbuff, recvbuff);
+  if (auto f = direct(comm, &Direct::reduceScatter, recvcount, sendbuff, recvbuff, datatype);
       f && builtinOp(op))
     return f(sendbuff, recvbuff, recvcount, datatype, op, comm->direct.comm, stream);
   return reduceScatterSlow(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
@@ -351,7 +357,7 @@ static ncclResult_t broadcastSlow(const void *sendbuff, void *recvbuff, size_t c
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   NCCLX_FOREIGN_COMM(ncclBroadcast, comm, sendbuff, recvbuff, count, datatype, root, comm, stream);
-  if (auto f = direct(comm, &Direct::broadcast, count, recvbuff, recvbuff); f)
+  if (auto f = direct(comm, &Direct::broadcast, count, recvbuff, recvbuff, datatype); f)
     return f(sendbuff, recvbuff, count, datatype, root, comm->direct.comm, stream);
   return broadcastSlow(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
@@ -365,7 +371,7 @@ static ncclResult_t bcastSlow(void *buff, size_t count, ncclDataType_t datatype,
 
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
                        ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::broadcast, count, buff, buff); f)
+  if (auto f = direct(comm, &Direct::broadcast, count, buff, buff, datatype); f)
     return f(buff, buff, count, datatype, root, comm->direct.comm, stream);
   return bcastSlow(buff, count, datatype, root, comm, stream);
 }
@@ -379,7 +385,7 @@ static ncclResult_t allGatherSlow(const void *sendbuff, void *recvbuff, size_t s
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::allGather, sendcount, sendbuff, recvbuff); f)
+  if (auto f = direct(comm, &Direct::allGather, sendcount, sendbuff, recvbuff, datatype); f)
     return f(sendbuff, recvbuff, sendcount, datatype, comm->direct.comm, stream);
   return allGatherSlow(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
@@ -393,7 +399,7 @@ static ncclResult_t alltoAllSlow(const void *sendbuff, void *recvbuff, size_t co
 
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::alltoAll, count, sendbuff, recvbuff); f)
+  if (auto f = direct(comm, &Direct::alltoAll, count, sendbuff, recvbuff, datatype); f)
     return f(sendbuff, recvbuff, count, datatype, comm->direct.comm, stream);
   return alltoAllSlow(sendbuff, recvbuff, count, datatype, comm, stream);
 }
@@ -408,7 +414,7 @@ static ncclResult_t gatherSlow(const void *sendbuff, void *recvbuff, size_t coun
 
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::gather, count, sendbuff, sendbuff); f)
+  if (auto f = direct(comm, &Direct::gather, count, sendbuff, sendbuff, datatype); f)
     return f(sendbuff, recvbuff, count, datatype, root, comm->direct.comm, stream);
   return gatherSlow(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
@@ -423,7 +429,7 @@ static ncclResult_t scatterSlow(const void *sendbuff, void *recvbuff, size_t cou
 
 ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::scatter, count, recvbuff, recvbuff); f)
+  if (auto f = direct(comm, &Direct::scatter, count, recvbuff, recvbuff, datatype); f)
     return f(sendbuff, recvbuff, count, datatype, root, comm->direct.comm, stream);
   return scatterSlow(sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
@@ -437,7 +443,7 @@ static ncclResult_t sendSlow(const void *sendbuff, size_t count, ncclDataType_t 
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::send, count, sendbuff, sendbuff); f)
+  if (auto f = direct(comm, &Direct::send, count, sendbuff, sendbuff, datatype); f)
     return f(sendbuff, count, datatype, peer, comm->direct.comm, stream);
   return sendSlow(sendbuff, count, datatype, peer, comm, stream);
 }
@@ -451,7 +457,7 @@ static ncclResult_t recvSlow(void *recvbuff, size_t count, ncclDataType_t dataty
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::recv, count, recvbuff, recvbuff); f)
+  if (auto f = direct(comm, &Direct::recv, count, recvbuff, recvbuff, datatype); f)
     return f(recvbuff, count, datatype, peer, comm->direct.comm, stream);
   return recvSlow(recvbuff, count, datatype, peer, comm, stream);
 }
