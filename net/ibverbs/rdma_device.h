@@ -97,6 +97,9 @@ class Qp {
   // A cheap liveness check, called when the engine waits without progress:
   // a device that can tell the peer is gone moves the queue pair to Error.
   virtual void checkPeer() {}
+  // Give up: move the queue pair to Error, so that every request still
+  // outstanding completes (Flushed) on the next polls and touches no memory.
+  virtual void abort() = 0;
   virtual int maxSendWr() const = 0;
 };
 

@@ -261,6 +261,7 @@ class SoftQp final : public Qp {
   }
 
   QpState state() const override { return state_; }
+  void abort() override { if (state_ != QpState::Error) fail(WcStatus::Flushed); }
   int maxSendWr() const override { return kMaxSendWr; }
 
   void checkPeer() override {

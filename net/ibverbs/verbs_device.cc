@@ -318,6 +318,12 @@ class VerbsQp final : public Qp {
     return n;
   }
   QpState state() const override { return state_; }
+  void abort() override {
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_ERR;
+    if (c_->a->modifyQp(qp_, &at, IBV_QP_STATE) != 0) (void)sysFail("ibv_modify_qp(ERR)");
+    state_ = QpState::Error;
+  }
   int maxSendWr() const override { return kMaxWr; }
 
  private:

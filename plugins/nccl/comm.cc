@@ -396,12 +396,13 @@ const char *ncclGetErrorString(ncclResult_t result) {
 }
 
 const char *ncclGetLastError(ncclComm_t comm) {
-  if (const char *e = lastError()) return e;
   bool ready = comm && comm->magic == ncclComm::kMagic && comm->state.load() == ncclComm::kReady;
   // A direct communicator's operations return NVIDIA's results unchanged
-  // (coll.cc): its reason is NVIDIA's.
+  // (coll.cc): NVIDIA's reason comes first (the drop-in's own text may be
+  // from an older failure on this thread).
   if (ready && comm->direct.getLastError)
     if (const char *e = comm->direct.getLastError(comm->direct.comm); e && *e) return e;
+  if (const char *e = lastError()) return e;
   return flagcxGetLastError(ready ? comm->fc : nullptr);
 }
 

@@ -207,8 +207,8 @@ bool verbsHandshake(FlagcxP2pConn *c, int fd, Clock::time_point dl);
 void verbsStart(FlagcxP2pConn *c);
 void verbsStop(FlagcxP2pConn *c);
 // Take a Write or Read over verbs: 1 taken (*id set), 0 not for verbs (the
-// lanes take it), -1 refused (logged).
-int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id, const char *fn);
+// lanes take it).
+int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id);
 
 // Wire constants.
 constexpr uint32_t kReqMagic = 0x50325051;  // "QP2P"

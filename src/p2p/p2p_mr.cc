@@ -71,6 +71,22 @@ int flagcxP2pEngineReg(FlagcxP2pEngine *engine, uintptr_t data, size_t size, Fla
                                                      : "size is 0 or wraps the address space");
     return -1;
   }
+  // Host memory is also registered with the RDMA device (remote write and
+  // read) for peers on other hosts (p2p_verbs.cc) — before the region lock,
+  // since pinning a large buffer takes time and every access waits on that
+  // lock.  Device memory is not (that would need dma-buf, docs/RDMA.md): its
+  // pieces keep to the lanes.
+  DeviceAdapter *dev = deviceAdapter();
+  const bool devMem = dev && dev->isDeviceMemory(reinterpret_cast<void *>(data));
+  std::unique_ptr<rdma::Mr> vmr;
+  if (engine->rdma && !devMem &&
+      engine->rdma->regMr(reinterpret_cast<void *>(data), size,
+                          rdma::kLocalWrite | rdma::kRemoteWrite | rdma::kRemoteRead,
+                          &vmr) != flagcxSuccess) {
+    WARN(kP2P, "flagcxP2pEngineReg: the RDMA device could not register [0x%lx, +%zu); peers "
+               "on other hosts reach it over the TCP lanes", static_cast<unsigned long>(data), size);
+    vmr.reset();
+  }
   std::unique_lock<std::shared_mutex> lk(engine->mrMu);
   auto same = engine->regions.find(data);
   if (same != engine->regions.end() && same->second.size == size) {
@@ -95,24 +111,13 @@ int flagcxP2pEngineReg(FlagcxP2pEngine *engine, uintptr_t data, size_t size, Fla
   r.size = size;
   do randomBytes(&r.rkey, sizeof(r.rkey));
   while (r.rkey == 0);
-  DeviceAdapter *dev = deviceAdapter();
-  if (dev && dev->isDeviceMemory(reinterpret_cast<void *>(data))) {
+  r.vmr = std::move(vmr);
+  if (devMem) {
     r.device = true;
     r.ipcRef.assign(DeviceAdapter::kIpcRefBytes, 0);
     if (!dev->ipcSupported() ||
         dev->ipcExport(reinterpret_cast<void *>(data), r.ipcRef.data()) != flagcxSuccess)
       r.ipcRef.clear();  // still usable through host staging
-  }
-  // Host memory is also registered with the RDMA device (remote write and
-  // read), for peers on other hosts (p2p_verbs.cc); device memory is not
-  // (that would need dma-buf, docs/RDMA.md): its pieces keep to the lanes.
-  if (engine->rdma && !r.device &&
-      engine->rdma->regMr(reinterpret_cast<void *>(data), size,
-                          rdma::kLocalWrite | rdma::kRemoteWrite | rdma::kRemoteRead,
-                          &r.vmr) != flagcxSuccess) {
-    WARN(kP2P, "flagcxP2pEngineReg: the RDMA device could not register [0x%lx, +%zu); peers "
-               "on other hosts reach it over the TCP lanes", static_cast<unsigned long>(data), size);
-    r.vmr.reset();
   }
   engine->mrBase[r.mrId] = data;
   mrId = r.mrId;

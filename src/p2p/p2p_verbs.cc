@@ -11,14 +11,19 @@
 // device memory at either end keeps to the TCP lanes, as do messages,
 // notifications and the region table.
 //
-// Safety: the initiator checks every piece against the target's region
-// table (P2P key and range) before posting, so a bad descriptor is refused
-// without touching the queue pair; the target's NIC checks the verbs key
-// and range again.  A piece the NIC refuses anyway (a region deregistered
-// since the table was read) fails its transfer and moves the queue pair to
-// the error state: the connection then carries later transfers over its
-// lanes.  A dead peer (RetryExceeded) or a request unanswered within
-// FLAGCX_TIMEOUT fails the connection, as on the lanes.
+// Safety: the target's NIC checks every piece's verbs key and range.  The
+// initiator posts only pieces that its copy of the target's region table
+// places inside one region with the descriptor's key; any other piece (a
+// region registered or replaced since the table was read, a bad descriptor)
+// goes over the lanes, whose target checks it against its regions as they
+// stand.  A piece the NIC refuses anyway (a region deregistered since) fails
+// its transfer, and the queue pair with it: requests in flight come back
+// flushed (their transfers fail too) and the connection carries its later
+// transfers over its lanes.  A peer whose queue pair stops answering
+// (RetryExceeded after the queue pair worked) or requests unanswered for
+// FLAGCX_TIMEOUT fail the connection, as on the lanes; a queue pair that
+// fails before it ever completed a request (the NICs may not reach each
+// other) only sends the connection back to its lanes.
 //
 // One worker thread per connection owns the queue pair: it takes jobs,
 // posts their pieces (at most the queue pair's depth in flight), polls
@@ -46,6 +51,7 @@ struct VerbsPath {
   std::atomic<bool> stop{false};
   std::atomic<bool> broken{false};  // the queue pair failed: the lanes carry transfers
   std::atomic<uint64_t> transfers{0}, bytes{0};  // taken over verbs (logged at the end)
+  bool anyOk = false;  // a request completed (worker only)
 };
 
 namespace {
@@ -72,6 +78,7 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
   const auto timeout = std::chrono::seconds(t > 0 ? t : 600);
   const bool soft = v->dev->kind()[0] == 's';
   Backoff bo;
+  bool aborted = false;
   auto heard = Clock::now();  // the last completion, or the moment requests went out
   auto report = [&](Pending &p) {
     if (p.reported) return;
@@ -99,13 +106,13 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
         progressed = true;
       }
     }
-    // A failed connection's queue pair is left alone: nothing of a peer that
-    // stopped answering is applied later to buffers whose transfers failed.
-    if (c->dead.load()) {
-      failAll("the connection has failed");
-      for (auto &p : active) report(p);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      continue;
+    // A failed connection: the queue pair goes to the error state, so that
+    // what is still outstanding is flushed (and touches no memory later);
+    // its jobs end when their pieces have come back.
+    if (c->dead.load() && !aborted) {
+      aborted = true;
+      v->broken.store(true);
+      v->qp->abort();
     }
     const bool usable = v->qp->state() == rdma::QpState::Ready && !v->broken.load();
     if (!usable) failAll("the queue pair failed");
@@ -141,32 +148,43 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
       outstanding--;
       progressed = true;
       heard = Clock::now();
-      if (wc[i].status == rdma::WcStatus::Success || p->failed) continue;
-      p->failed = true;
-      p->why = rdma::wcStatusName(wc[i].status);
-      if (wc[i].status == rdma::WcStatus::RetryExceeded || wc[i].status == rdma::WcStatus::Fatal)
-        dead = true;
+      rdma::WcStatus st = wc[i].status;
+      if (st == rdma::WcStatus::Success) {
+        v->anyOk = true;
+        continue;
+      }
+      // The peer is gone only if this queue pair ever worked: one that never
+      // completed a request may just not reach the peer (another fabric, a
+      // wrong GID), and the lanes still do.
+      if ((st == rdma::WcStatus::RetryExceeded || st == rdma::WcStatus::Fatal) && v->anyOk) dead = true;
+      if (!p->failed) {
+        p->failed = true;
+        p->why = rdma::wcStatusName(st);
+      }
     }
     if (v->qp->state() == rdma::QpState::Error && !v->broken.exchange(true))
-      WARN(kP2P, "P2P: the queue pair to %s failed; this connection's later transfers take its "
-                 "TCP lanes", c->peerHost.c_str());
+      WARN(kP2P, "P2P: the queue pair to %s failed%s; this connection's later transfers take its "
+                 "TCP lanes", c->peerHost.c_str(), v->anyOk ? "" : " before completing any request");
     if (dead) connMarkDead(c, "the peer's RDMA queue pair stopped answering (process gone?)");
-    // Requests in flight and nothing heard for FLAGCX_TIMEOUT: the peer is stuck.
-    if (outstanding > 0 && Clock::now() - heard > timeout) {
+    // Requests in flight and nothing heard for FLAGCX_TIMEOUT: the peer is
+    // stuck.  The queue pair is aborted: its requests come back flushed.
+    if (outstanding > 0 && !aborted && Clock::now() - heard > timeout) {
       connMarkDead(c, "an RDMA request was not answered within FLAGCX_TIMEOUT");
-      v->broken.store(true);
       failAll("the peer did not answer within FLAGCX_TIMEOUT");
+      aborted = true;
+      v->broken.store(true);
+      v->qp->abort();
     }
-    // A failed job ends at once (its pieces still in flight are flushed by
-    // the failed queue pair, or never come back from a stuck peer); a job
-    // leaves the list once nothing of it is in flight.
+    // A job ends once nothing of it is in flight (a failed one's pieces come
+    // back flushed from the failed queue pair).
     for (auto it = active.begin(); it != active.end();) {
       bool over = it->failed || it->next == it->job.segs.size();
-      if (over && (it->failed || it->inflight == 0)) report(*it);
-      if (over && it->inflight == 0)
+      if (over && it->inflight == 0) {
+        report(*it);
         it = active.erase(it);
-      else
+      } else {
         ++it;
+      }
     }
     if (progressed) {
       bo.progressed();
@@ -175,8 +193,18 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
       bo.idle();
     }
   }
-  // Stopping: everything not over fails (the connection is closing).
+  // Stopping: everything not over fails (the connection is closing); the
+  // queue pair is aborted and its requests drained before it is destroyed.
   failAll("the connection was closed");
+  v->qp->abort();
+  for (auto until = Clock::now() + std::chrono::seconds(1); outstanding > 0 && Clock::now() < until;) {
+    int n = v->qp->poll(wc.data(), static_cast<int>(batch));
+    for (int i = 0; i < n; i++) {
+      reinterpret_cast<Pending *>(wc[i].wrId)->inflight--;
+      outstanding--;
+    }
+    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   for (auto &p : active) report(p);
   std::lock_guard<std::mutex> lk(v->mu);
   for (auto &j : v->q) finish(c, j, false, "the connection was closed");
@@ -202,7 +230,7 @@ void openRdma(FlagcxP2pEngine *e) {
     INFO(kP2P, "P2P: no RDMA device (%s): other hosts over the TCP lanes", why.c_str());
     return;
   }
-  e->rdmaKind = soft ? 2 : 1;
+  e->rdmaKind = strcmp(dev->kind(), "software") == 0 ? 2 : 1;
   e->rdma = std::shared_ptr<rdma::Device>(std::move(dev));
   INFO(kP2P, "P2P: RDMA device %s port %d (%s) for peers on other hosts",
        e->rdma->port().device.c_str(), e->rdma->port().port, e->rdma->kind());
@@ -246,7 +274,7 @@ void verbsStop(FlagcxP2pConn *c) {
        static_cast<unsigned long>(v->transfers.load()), static_cast<unsigned long>(v->bytes.load()));
 }
 
-int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id, const char *fn) {
+int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id) {
   VerbsPath *v = c->verbs.get();
   if (!v || v->broken.load() || (op != Op::Write && op != Op::Read)) return 0;
   Job job;
@@ -266,13 +294,10 @@ int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t 
           r = &w;
           break;
         }
-      if (r && (r->device || r->vkey == 0)) return 0;  // the lanes stage device memory
-      if (!r || r->rkey != s.rkey) {
-        WARN(kP2P, "%s: remote [0x%lx, +%lu) %s; nothing was sent", fn,
-             static_cast<unsigned long>(s.remote), static_cast<unsigned long>(s.len),
-             !r ? "is not inside a region the peer registered" : "does not match the key of its region");
-        return -1;
-      }
+      // Not in the table this side has (a region registered or replaced
+      // since), device memory (staged), or no verbs key: the lanes carry it,
+      // and the target checks it against its regions as it stands.
+      if (!r || r->rkey != s.rkey || r->device || r->vkey == 0) return 0;
       for (uint64_t off = 0; off < s.len;) {
         uint64_t n = std::min<uint64_t>(s.len - off, std::min<uint64_t>(kMaxWrBytes, flagcxP2pGlobalConfig().sliceSize));
         job.segs.push_back(Seg{s.local + off, s.remote + off, n, r->vkey});
@@ -294,9 +319,13 @@ int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t 
   }
   {
     std::lock_guard<std::mutex> lk(v->mu);
-    v->q.push_back(std::move(job));
+    if (!v->stop.load()) {
+      v->q.push_back(std::move(job));
+      v->cv.notify_one();
+      return 1;
+    }
   }
-  v->cv.notify_one();
+  finish(c, job, false, "the connection is closing");
   return 1;
 }
 
