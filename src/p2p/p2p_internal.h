@@ -76,7 +76,8 @@ struct Job {
   std::shared_ptr<Xfer> xfer;
   Op op = Op::Write;
   std::vector<Seg> segs;
-  std::vector<char> data;  // Notif / Send payload
+  std::vector<char> data;  // Notif / Send payload (verbs: the local keys)
+  std::vector<Seg> orig;   // verbs: the transfer as asked (P2P keys), to redo on the lanes
 };
 
 // ---- connections ---------------------------------------------------------
@@ -196,6 +197,9 @@ int ipcFlush();  // waits for the queued copies
 // p2p_xfer.cc
 void pushNotif(const FlagcxP2pNotifyMsg &m);
 std::shared_ptr<Xfer> track(FlagcxP2pConn *c, uint64_t jobs);
+// Deal `segs` over the connection's lanes as the requests of transfer `x`
+// (its slice count becomes the number of requests before the first goes).
+void postOnLanes(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, const std::shared_ptr<Xfer> &x);
 
 // p2p_verbs.cc: the verbs data path (docs/P2P.md, "Verbs").
 void openRdma(FlagcxP2pEngine *e);  // at engine creation: FLAGCX_NET, FLAGCX_IB_SOFTWARE_DEVICE

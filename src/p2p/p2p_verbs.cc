@@ -17,13 +17,13 @@
 // region registered or replaced since the table was read, a bad descriptor)
 // goes over the lanes, whose target checks it against its regions as they
 // stand.  A piece the NIC refuses anyway (a region deregistered since) fails
-// its transfer, and the queue pair with it: requests in flight come back
-// flushed (their transfers fail too) and the connection carries its later
-// transfers over its lanes.  A peer whose queue pair stops answering
-// (RetryExceeded after the queue pair worked) or requests unanswered for
-// FLAGCX_TIMEOUT fail the connection, as on the lanes; a queue pair that
-// fails before it ever completed a request (the NICs may not reach each
-// other) only sends the connection back to its lanes.
+// its transfer, and the queue pair with it: the other transfers in flight
+// come back flushed and are done again, whole, over the lanes, which carry
+// the connection's later transfers too.  A peer whose queue pair stops
+// answering (RetryExceeded after the queue pair worked) or requests
+// unanswered for FLAGCX_TIMEOUT fail the connection, as on the lanes; a
+// queue pair that fails before it ever completed a request (the NICs may not
+// reach each other) sends its transfers and the connection to the lanes.
 //
 // One worker thread per connection owns the queue pair: it takes jobs,
 // posts their pieces (at most the queue pair's depth in flight), polls
@@ -64,6 +64,7 @@ struct Pending {
   size_t next = 0;
   size_t inflight = 0;
   bool failed = false;
+  bool retry = false;  // failed only because another request broke the queue pair
   bool reported = false;
   const char *why = "";
 };
@@ -85,10 +86,13 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
     p.reported = true;
     finish(c, p.job, !p.failed, p.why);
   };
-  auto failAll = [&](const char *why) {
+  // retry: the jobs did nothing wrong (the queue pair broke under them);
+  // they are done again over the lanes when the connection still stands.
+  auto failAll = [&](const char *why, bool retry) {
     for (auto &p : active)
       if (!p.failed) {
         p.failed = true;
+        p.retry = retry;
         p.why = why;
       }
   };
@@ -115,7 +119,7 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
       v->qp->abort();
     }
     const bool usable = v->qp->state() == rdma::QpState::Ready && !v->broken.load();
-    if (!usable) failAll("the queue pair failed");
+    if (!usable) failAll("the queue pair failed", true);
     for (auto &p : active) {
       while (usable && !p.failed && p.next < p.job.segs.size() && outstanding < cap) {
         const Seg &s = p.job.segs[p.next];
@@ -157,7 +161,13 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
       // completed a request may just not reach the peer (another fabric, a
       // wrong GID), and the lanes still do.
       if ((st == rdma::WcStatus::RetryExceeded || st == rdma::WcStatus::Fatal) && v->anyOk) dead = true;
-      if (!p->failed) {
+      // Flushed: the queue pair failed because of another request; no
+      // answer from a queue pair that never worked: the NICs may not reach
+      // each other.  Neither is this transfer's fault: the lanes redo it.
+      const bool collateral = st == rdma::WcStatus::Flushed ||
+                              (st == rdma::WcStatus::RetryExceeded && !v->anyOk);
+      if (!p->failed || (p->retry && !collateral)) {
+        p->retry = collateral && !p->failed;
         p->failed = true;
         p->why = rdma::wcStatusName(st);
       }
@@ -170,7 +180,7 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
     // stuck.  The queue pair is aborted: its requests come back flushed.
     if (outstanding > 0 && !aborted && Clock::now() - heard > timeout) {
       connMarkDead(c, "an RDMA request was not answered within FLAGCX_TIMEOUT");
-      failAll("the peer did not answer within FLAGCX_TIMEOUT");
+      failAll("the peer did not answer within FLAGCX_TIMEOUT", false);
       aborted = true;
       v->broken.store(true);
       v->qp->abort();
@@ -180,7 +190,12 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
     for (auto it = active.begin(); it != active.end();) {
       bool over = it->failed || it->next == it->job.segs.size();
       if (over && it->inflight == 0) {
-        report(*it);
+        if (it->failed && it->retry && !c->dead.load() && !v->stop.load()) {
+          it->reported = true;  // the lanes end it now
+          postOnLanes(c, it->job.op, it->job.orig, it->job.xfer);
+        } else {
+          report(*it);
+        }
         it = active.erase(it);
       } else {
         ++it;
@@ -195,7 +210,8 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
   }
   // Stopping: everything not over fails (the connection is closing); the
   // queue pair is aborted and its requests drained before it is destroyed.
-  failAll("the connection was closed");
+  failAll("the connection was closed", false);
+  for (auto &p : active) p.retry = false;
   v->qp->abort();
   for (auto until = Clock::now() + std::chrono::seconds(1); outstanding > 0 && Clock::now() < until;) {
     int n = v->qp->poll(wc.data(), static_cast<int>(batch));
@@ -279,6 +295,7 @@ int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t 
   if (!v || v->broken.load() || (op != Op::Write && op != Op::Read)) return 0;
   Job job;
   job.op = op;
+  job.orig = segs;
   // Local verbs keys (4 bytes per piece, in job.data) and remote ones.
   std::vector<uint32_t> lkeys;
   {

@@ -60,39 +60,16 @@ bool localOk(FlagcxP2pConn *c, const std::vector<Seg> &segs, const char *fn, boo
   return true;
 }
 
-
-// Deal `segs` over the lanes and post them; *id names the transfer.
+// Over verbs when the connection has it, else dealt over the lanes; *id
+// names the transfer.
 int submit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t *id, const char *fn) {
   bool device = false;
   if (!usable(c, fn) || !localOk(c, segs, fn, &device)) return -1;
   if (!device && verbsSubmit(c, op, segs, id)) return 0;
-  size_t lanes = c->out.size();
-  uint64_t total = 0;
-  for (auto &s : segs) total += s.len;
-  uint64_t cut = flagcxP2pGlobalConfig().sliceSize;
-  bool spread = lanes > 1 && total >= 2 * kSpreadMin;
-  if (spread) cut = std::min<uint64_t>(cut, std::max<uint64_t>(kSpreadMin, (total + lanes - 1) / lanes));
-  std::vector<std::vector<Seg>> per(lanes);
-  size_t first = c->rr.fetch_add(1) % lanes, k = 0;
-  for (auto &s : segs) {
-    for (uint64_t off = 0; off < s.len;) {
-      uint64_t n = std::min(cut, s.len - off);
-      per[spread ? (first + k++) % lanes : first].push_back(
-          Seg{s.local + off, s.remote + off, n, s.rkey});
-      off += n;
-    }
-  }
-  uint64_t jobs = 0;
-  for (auto &v : per) jobs += !v.empty();
-  auto x = track(c, jobs ? jobs : 1);
+  auto x = track(c, 1);
   x->localDevice = device;
   *id = x->id;
-  if (!jobs) {
-    x->task.doneSliceCount.store(1, std::memory_order_release);  // nothing to move
-    return 0;
-  }
-  for (size_t i = 0; i < lanes; i++)
-    if (!per[i].empty()) postJob(c, c->out[i].get(), Job{x, op, std::move(per[i]), {}});
+  postOnLanes(c, op, segs, x);
   return 0;
 }
 
@@ -248,6 +225,34 @@ std::shared_ptr<Xfer> track(FlagcxP2pConn *c, uint64_t jobs) {
   std::lock_guard<std::mutex> lk(c->xferMu);
   c->xfers[x->id] = x;
   return x;
+}
+
+void postOnLanes(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, const std::shared_ptr<Xfer> &x) {
+  size_t lanes = c->out.size();
+  uint64_t total = 0;
+  for (auto &s : segs) total += s.len;
+  uint64_t cut = flagcxP2pGlobalConfig().sliceSize;
+  bool spread = lanes > 1 && total >= 2 * kSpreadMin;
+  if (spread) cut = std::min<uint64_t>(cut, std::max<uint64_t>(kSpreadMin, (total + lanes - 1) / lanes));
+  std::vector<std::vector<Seg>> per(lanes);
+  size_t first = c->rr.fetch_add(1) % lanes, k = 0;
+  for (auto &s : segs) {
+    for (uint64_t off = 0; off < s.len;) {
+      uint64_t n = std::min(cut, s.len - off);
+      per[spread ? (first + k++) % lanes : first].push_back(
+          Seg{s.local + off, s.remote + off, n, s.rkey});
+      off += n;
+    }
+  }
+  uint64_t jobs = 0;
+  for (auto &v : per) jobs += !v.empty();
+  if (!jobs) {
+    x->task.doneSliceCount.store(x->task.sliceCount.load(), std::memory_order_release);  // nothing to move
+    return;
+  }
+  x->task.sliceCount.store(jobs, std::memory_order_release);
+  for (size_t i = 0; i < lanes; i++)
+    if (!per[i].empty()) postJob(c, c->out[i].get(), Job{x, op, std::move(per[i]), {}, {}});
 }
 
 void pushNotif(const FlagcxP2pNotifyMsg &m) {

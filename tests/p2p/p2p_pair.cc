@@ -337,7 +337,12 @@ int initiator(const std::string &dir, const std::string &mode) {
   CHECK(waitNotif("source-dropped", nullptr));
   CHECK(flagcxP2pEngineMakeDesc(c, vaS, 64, &ds) == 0);  // the handshake's table still has it
   CHECK(flagcxP2pEngineRead(c, mrDst, dst.data(), 64, ds, &id) == 0);
+  // A valid write right behind the refused read ends well (over verbs, the
+  // refusal breaks the queue pair under it: it is redone on the lanes).
+  uint64_t id2 = 0;
+  CHECK(flagcxP2pEngineWrite(c, mrSrc, src.data(), 64, x, &id2) == 0);
   CHECK(!finished(c, id));
+  CHECK(finished(c, id2));
   CHECK(!flagcxP2pEngineXferStatus(c, id));  // reported already: unknown now
   CHECK(flagcxP2pEngineMakeDesc(c, vaS, 64, &ds) == 0);
   CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {64}, {ds}) != 0);
