@@ -44,7 +44,7 @@ struct Info {
   uint32_t nregions;
   uint32_t lanePort;  // accepting side only
   uint8_t laneToken[16];
-  uint32_t rdmaKind;  // FlagcxP2pEngine::rdmaKind
+  uint32_t rdmaKind;  // rdmaKind(engine's device)
   uint32_t pad;
 };
 
@@ -126,7 +126,7 @@ Info localInfo(FlagcxP2pEngine *e, uint32_t nregions) {
   in.cookie = cmaCookie();
   in.shmDisable = paramInt(Param::SHM_DISABLE) != 0;
   in.nregions = nregions;
-  in.rdmaKind = e->rdmaKind;
+  in.rdmaKind = rdmaKind(e->rdma.get());
   return in;
 }
 

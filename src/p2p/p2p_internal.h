@@ -63,6 +63,7 @@ struct Seg {
   uint64_t remote;  // target's address
   uint64_t len;
   uint32_t rkey;
+  uint32_t lkey = 0;  // verbs: the local registration's key
 };
 
 struct Xfer {
@@ -76,7 +77,7 @@ struct Job {
   std::shared_ptr<Xfer> xfer;
   Op op = Op::Write;
   std::vector<Seg> segs;
-  std::vector<char> data;  // Notif / Send payload (verbs: the local keys)
+  std::vector<char> data;  // Notif / Send payload
   std::vector<Seg> orig;   // verbs: the transfer as asked (P2P keys), to redo on the lanes
 };
 
@@ -134,7 +135,6 @@ struct FlagcxP2pEngine {
   // The RDMA device (verbs, or the software device in tests), if any;
   // declared before `regions`, whose memory registrations it outlives.
   std::shared_ptr<flagcx::rdma::Device> rdma;
-  uint32_t rdmaKind = 0;  // 0 none, 1 verbs, 2 the software device
   int listenFd = -1;
   flagcx::SockAddr addr;  // where the engine listens (FLAGCX_SOCKET_IFNAME)
   std::string ifname;
@@ -167,6 +167,9 @@ void connMarkDead(FlagcxP2pConn *c, const std::string &why, bool quiet = false);
 // The region holding [addr, addr+len) with key rkey (rkey 0: any key);
 // caller holds e->mrMu (shared).  nullptr when there is none.
 const Region *findRegion(FlagcxP2pEngine *e, uint64_t addr, uint64_t len, uint32_t rkey);
+// The peer's region holding [addr, addr+len), from c's copy of its table
+// (sorted by base); caller holds c->regionMu.  nullptr when there is none.
+const WireRegion *findRemoteRegion(const FlagcxP2pConn *c, uint64_t addr, uint64_t len);
 std::vector<WireRegion> regionTable(FlagcxP2pEngine *e);
 DeviceAdapter *deviceAdapter();  // CUDA adapter when usable, else nullptr
 
@@ -203,6 +206,7 @@ void postOnLanes(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, const st
 
 // p2p_verbs.cc: the verbs data path (docs/P2P.md, "Verbs").
 void openRdma(FlagcxP2pEngine *e);  // at engine creation: FLAGCX_NET, FLAGCX_IB_SOFTWARE_DEVICE
+uint32_t rdmaKind(const rdma::Device *d);  // 0 none, 1 verbs, 2 the software device
 // During the handshake, on the control fd, once both Infos are known and
 // both sides decided `want` alike: a queue pair each, addresses swapped,
 // connected.  false: the fd failed (the handshake fails); otherwise

@@ -352,7 +352,6 @@ bool runJob(FlagcxP2pConn *c, Lane *l, Job &j, const char **why, bool *lost) {
   return true;
 }
 
-
 void workerLoop(FlagcxP2pConn *c, Lane *l) {
   while (true) {
     Job j;

@@ -53,6 +53,16 @@ const Region *findRegion(FlagcxP2pEngine *e, uint64_t addr, uint64_t len, uint32
   return &r;
 }
 
+const WireRegion *findRemoteRegion(const FlagcxP2pConn *c, uint64_t addr, uint64_t len) {
+  const auto &t = c->remoteRegions;
+  auto it = std::upper_bound(t.begin(), t.end(), addr,
+                             [](uint64_t a, const WireRegion &w) { return a < w.base; });
+  if (it == t.begin()) return nullptr;
+  const WireRegion &r = *--it;
+  if (addr - r.base > r.size || len > r.size - (addr - r.base)) return nullptr;
+  return &r;
+}
+
 std::vector<WireRegion> regionTable(FlagcxP2pEngine *e) {
   std::shared_lock<std::shared_mutex> lk(e->mrMu);
   std::vector<WireRegion> t;

@@ -77,7 +77,7 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
   std::vector<rdma::Completion> wc(batch);
   const int64_t t = paramInt(Param::TIMEOUT);
   const auto timeout = std::chrono::seconds(t > 0 ? t : 600);
-  const bool soft = v->dev->kind()[0] == 's';
+  const bool soft = rdmaKind(v->dev.get()) == 2;
   Backoff bo;
   bool aborted = false;
   auto heard = Clock::now();  // the last completion, or the moment requests went out
@@ -127,7 +127,7 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
         wr.op = p.job.op == Op::Write ? rdma::Opcode::Write : rdma::Opcode::Read;
         wr.wrId = reinterpret_cast<uint64_t>(&p);
         wr.local = reinterpret_cast<void *>(s.local);
-        memcpy(&wr.lkey, p.job.data.data() + 4 * p.next, 4);  // the local verbs key
+        wr.lkey = s.lkey;
         wr.length = static_cast<uint32_t>(s.len);
         wr.remote = s.remote;
         wr.rkey = s.rkey;  // the remote verbs key (verbsSubmit put it there)
@@ -229,6 +229,10 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
 
 }  // namespace
 
+uint32_t rdmaKind(const rdma::Device *d) {
+  return !d ? 0 : strcmp(d->kind(), "software") == 0 ? 2 : 1;
+}
+
 void openRdma(FlagcxP2pEngine *e) {
   const std::string &net = paramStr(Param::NET);
   int64_t soft = paramInt(Param::IB_SOFTWARE_DEVICE);
@@ -246,7 +250,6 @@ void openRdma(FlagcxP2pEngine *e) {
     INFO(kP2P, "P2P: no RDMA device (%s): other hosts over the TCP lanes", why.c_str());
     return;
   }
-  e->rdmaKind = strcmp(dev->kind(), "software") == 0 ? 2 : 1;
   e->rdma = std::shared_ptr<rdma::Device>(std::move(dev));
   INFO(kP2P, "P2P: RDMA device %s port %d (%s) for peers on other hosts",
        e->rdma->port().device.c_str(), e->rdma->port().port, e->rdma->kind());
@@ -296,8 +299,8 @@ int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t 
   Job job;
   job.op = op;
   job.orig = segs;
-  // Local verbs keys (4 bytes per piece, in job.data) and remote ones.
-  std::vector<uint32_t> lkeys;
+  const uint64_t cut = std::min<uint64_t>(kMaxWrBytes, flagcxP2pGlobalConfig().sliceSize);
+  uint64_t bytes = 0;
   {
     FlagcxP2pEngine *e = c->engine;
     std::shared_lock<std::shared_mutex> lk(e->mrMu);
@@ -305,28 +308,21 @@ int verbsSubmit(FlagcxP2pConn *c, Op op, const std::vector<Seg> &segs, uint64_t 
     for (const Seg &s : segs) {
       const Region *l = findRegion(e, s.local, s.len, 0);
       if (!l || !l->vmr) return 0;  // device memory, or not registered with the device
-      const WireRegion *r = nullptr;
-      for (const WireRegion &w : c->remoteRegions)
-        if (s.remote >= w.base && s.remote - w.base <= w.size && s.len <= w.size - (s.remote - w.base)) {
-          r = &w;
-          break;
-        }
+      const WireRegion *r = findRemoteRegion(c, s.remote, s.len);
       // Not in the table this side has (a region registered or replaced
       // since), device memory (staged), or no verbs key: the lanes carry it,
       // and the target checks it against its regions as it stands.
       if (!r || r->rkey != s.rkey || r->device || r->vkey == 0) return 0;
       for (uint64_t off = 0; off < s.len;) {
-        uint64_t n = std::min<uint64_t>(s.len - off, std::min<uint64_t>(kMaxWrBytes, flagcxP2pGlobalConfig().sliceSize));
-        job.segs.push_back(Seg{s.local + off, s.remote + off, n, r->vkey});
-        lkeys.push_back(l->vmr->lkey);
+        uint64_t n = std::min(cut, s.len - off);
+        job.segs.push_back(Seg{s.local + off, s.remote + off, n, r->vkey, l->vmr->lkey});
         off += n;
       }
+      bytes += s.len;
     }
   }
   v->transfers.fetch_add(1, std::memory_order_relaxed);
-  for (const Seg &s : job.segs) v->bytes.fetch_add(s.len, std::memory_order_relaxed);
-  job.data.resize(lkeys.size() * 4);
-  if (!lkeys.empty()) memcpy(job.data.data(), lkeys.data(), job.data.size());
+  v->bytes.fetch_add(bytes, std::memory_order_relaxed);
   auto x = track(c, 1);
   *id = x->id;
   job.xfer = x;

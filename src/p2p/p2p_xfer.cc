@@ -271,14 +271,12 @@ int flagcxP2pEngineMakeDesc(FlagcxP2pConn *conn, uint64_t remoteVa, uint32_t siz
   for (int pass = 0; pass < 2; pass++) {
     {
       std::lock_guard<std::mutex> lk(conn->regionMu);
-      for (const WireRegion &r : conn->remoteRegions) {
-        if (remoteVa >= r.base && remoteVa - r.base <= r.size && size <= r.size - (remoteVa - r.base)) {
-          *desc = FlagcxP2pRdmaDesc{};
-          desc->addr = remoteVa;
-          desc->size = size;
-          desc->rkey = r.rkey;
-          return 0;
-        }
+      if (const WireRegion *r = findRemoteRegion(conn, remoteVa, size)) {
+        *desc = FlagcxP2pRdmaDesc{};
+        desc->addr = remoteVa;
+        desc->size = size;
+        desc->rkey = r->rkey;
+        return 0;
       }
     }
     // Not in the table of the handshake: ask the peer for its table now
