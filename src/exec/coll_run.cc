@@ -99,8 +99,10 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     FLAGCX_CHECK(connectFor(s, peers));
   }
   int N = sch->chunks;
-  FlightEntry *fe = s->flight.begin(ci.seq, opName(a.op), sch->algo.c_str(), selectBytes,
-                                       a.dtype, opIsRooted(a.op) ? a.root : -1);
+  // (An entry already begun is this call's, by a path that fell back here.)
+  FlightEntry *fe = ci.flight ? s->flight.retag(ci.flight, sch->algo.c_str())
+                              : s->flight.begin(ci.seq, opName(a.op), sch->algo.c_str(), selectBytes,
+                                                a.dtype, opIsRooted(a.op) ? a.root : -1);
   ci.flight = fe;
   bool rooted = opIsRooted(a.op);
   bool isRoot = !rooted || s->rank == a.root;

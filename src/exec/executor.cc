@@ -138,6 +138,7 @@ flagcxResult_t runCollIn(ExecState *s, CollItem &c) {
   if (s->mode != ExecMode::Host) return runCollStaged(s, c);
   if (s->small) {
     if (smallFits(s, c)) return runSmall(s, c);
+    if (shmDirectFits(s, c)) return runShmDirect(s, c);
     smallPublishOrdinary(s, c);
   }
   s->ringsUsed = true;
@@ -300,6 +301,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
 
 size_t Executor::smallBytes() const { return smallMaxBytes(s_.get()); }
 uint64_t Executor::smallCalls() const { return flagcx::smallCalls(s_.get()); }
+uint64_t Executor::shmDirectCalls() const { return flagcx::shmDirectCalls(s_.get()); }
 int Executor::inFlight() const { return s_->inFlight.load(); }
 flagcxResult_t Executor::asyncError() const {
   return static_cast<flagcxResult_t>(s_->asyncError.load());

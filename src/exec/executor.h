@@ -67,6 +67,7 @@ class Executor {
   // none is used.
   size_t smallBytes() const;
   uint64_t smallCalls() const;  // collectives that took the shared block (tests)
+  uint64_t shmDirectCalls() const;  // collectives done straight between buffers (tests)
   int inFlight() const;                  // jobs enqueued and not finished
   flagcxResult_t asyncError() const;     // the first failure of a job
   std::string lastError() const;         // its log line

@@ -53,6 +53,12 @@ FlightEntry *FlightRecorder::begin(uint64_t seq, const char *op, const char *alg
   return &e;
 }
 
+FlightEntry *FlightRecorder::retag(FlightEntry *e, const char *algo) {
+  std::lock_guard<std::mutex> lk(mu_);
+  copyName(e->algo, sizeof(e->algo), algo ? algo : "-");
+  return e;
+}
+
 void FlightRecorder::end(FlightEntry *e, bool ok) {
   if (!e) return;
   e->state = ok ? 2 : 3;

@@ -28,6 +28,8 @@ class FlightRecorder {
   void init(int rank, int nranks, size_t capacity);
   FlightEntry *begin(uint64_t seq, const char *op, const char *algo, uint64_t bytes, int dtype,
                      int root);
+  // The same operation, carried on by another algorithm (a fallback).
+  FlightEntry *retag(FlightEntry *e, const char *algo);
   void stage(FlightEntry *e, int stage) {
     if (e) e->stage = stage;
   }

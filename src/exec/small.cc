@@ -17,6 +17,7 @@
 // Layout: one line {poisoned} for the communicator, then per rank
 // (rankStride bytes each):
 //   line A  {word, tag}   published by a call that takes the ordinary path
+//   line B  {mapped, done}   phases of a direct call (shm_direct.cc)
 //   slot 0  {word, tag, data...}   calls with an even sequence number
 //   slot 1  {word, tag, data...}   odd
 // word = sequence number + 1 (0: never used); tag = collTag() of the call,
@@ -44,32 +45,15 @@
 #include <random>
 #include <string>
 
-#include "base/backoff.h"
 #include "base/copy.h"
 #include "base/dtype.h"
-#include "base/log.h"
-#include "base/params.h"
-#include "exec/state.h"
-#include "net/shm/segment.h"
+#include "exec/small_internal.h"
 #include "net/tags.h"
 #include "rendezvous/bootstrap.h"
 
 namespace flagcx {
 
 namespace {
-
-constexpr size_t kLine = 64;
-constexpr size_t kHeader = 16;  // word + tag before a slot's data
-constexpr int kMaxRanks = 16;   // one-shot: every rank reads every slot
-
-struct Pub {
-  std::atomic<uint64_t> word;
-  std::atomic<uint64_t> tag;
-};
-static_assert(sizeof(Pub) == kHeader);
-static_assert(std::atomic<uint64_t>::is_always_lock_free);
-
-size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // The collectives the block carries (AlltoAllv does not: per-peer counts).
 constexpr OpKind kBlockOps[] = {OpKind::AllReduce, OpKind::Reduce,        OpKind::Broadcast,
@@ -111,44 +95,6 @@ size_t slotNeed(const CollArgs &a, int n) {
 
 }  // namespace
 
-struct SmallShm {
-  std::shared_ptr<Segment> seg;
-  char *base = nullptr;   // seg's mapping
-  size_t maxBytes = 0;    // payload of a slot
-  size_t slotStride = 0;  // kHeader + maxBytes, in whole lines
-  size_t rankStride = 0;  // line A + 2 slots
-  size_t bytes = 0;       // the whole block
-  uint32_t ops = 0;       // bit per OpKind that takes the block (not where FLAGCX_ALGO forces one)
-  uint64_t lastUse[2] = {0, 0};  // word of this rank's last call on each slot
-  uint64_t calls = 0;            // calls this rank ran here (tests)
-  std::vector<uint64_t> seen;    // [peer]: newest word seen from it
-
-  void layout(size_t payload, int nranks) {
-    maxBytes = payload;
-    slotStride = roundUp(kHeader + maxBytes, kLine);
-    rankStride = kLine + 2 * slotStride;
-    bytes = kLine + rankStride * static_cast<size_t>(nranks);
-    seen.assign(static_cast<size_t>(nranks), 0);
-  }
-  // Set by a rank that gave up on an operation, after its error frames went
-  // out on the Conns: the others then fail their next call here too.
-  std::atomic<uint32_t> *poisoned() const { return reinterpret_cast<std::atomic<uint32_t> *>(base); }
-  Pub *lineA(int r) const {
-    return reinterpret_cast<Pub *>(base + kLine + static_cast<size_t>(r) * rankStride);
-  }
-  Pub *slot(int r, int p) const {
-    return reinterpret_cast<Pub *>(base + kLine + static_cast<size_t>(r) * rankStride + kLine +
-                                   static_cast<size_t>(p) * slotStride);
-  }
-  char *data(int r, int p) const { return reinterpret_cast<char *>(slot(r, p)) + kHeader; }
-  // Newest word peer q has published anywhere.
-  uint64_t newest(int q) const {
-    uint64_t w = lineA(q)->word.load(std::memory_order_acquire);
-    w = std::max(w, slot(q, 0)->word.load(std::memory_order_acquire));
-    return std::max(w, slot(q, 1)->word.load(std::memory_order_acquire));
-  }
-};
-
 void SmallShmDeleter::operator()(SmallShm *p) const { delete p; }
 
 flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
@@ -167,12 +113,16 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   struct Shape {
     char name[64];
     int64_t maxBytes;
+    int64_t directMin;
     uint32_t ops;
   } shape{};
   Bootstrap *bs = s->env.bs;
   auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
   if (s->rank == 0) {
     shape.maxBytes = paramInt(Param::SHM_SMALL_BYTES);
+    // Direct calls publish their buffers' descriptions in a slot.
+    if (shape.maxBytes >= static_cast<int64_t>(sizeof(DirectDesc)))
+      shape.directMin = paramInt(Param::SHM_DIRECT_BYTES);
     // An algorithm forced by FLAGCX_ALGO ("allreduce:ring") is what the
     // user asked for: those calls keep their schedule.
     const std::string &forced = paramStr(Param::ALGO);
@@ -189,6 +139,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   if (!shape.name[0]) return flagcxSuccess;  // off (FLAGCX_SHM_SMALL_BYTES=0 at rank 0) or failed
   sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
   sm->ops = shape.ops;
+  sm->directMin = static_cast<size_t>(shape.directMin);
   if (s->rank != 0 && hostMode) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
   int ok = sm->seg != nullptr;
   if (ok) sm->base = sm->seg->base();
@@ -203,7 +154,8 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
       return flagcxSuccess;
     }
   INFO(kShm, "rank %d: collectives up to %zu bytes per rank's share through one shared block "
-       "(FLAGCX_SHM_SMALL_BYTES)", s->rank, sm->maxBytes);
+       "(FLAGCX_SHM_SMALL_BYTES); from %zu bytes straight between the ranks' buffers where they "
+       "are shareable (FLAGCX_SHM_DIRECT_BYTES, 0: never)", s->rank, sm->maxBytes, sm->directMin);
   s->small = std::move(sm);
   return flagcxSuccess;
 }
@@ -225,14 +177,14 @@ bool smallFits(const ExecState *s, const CollItem &ci) {
 }
 
 namespace {
-
-uint64_t tagOf(const CollItem &ci) {
+uint64_t blockTag(const CollItem &ci) {
   const CollArgs &a = ci.a;
   return collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : -1,
                  a.op == OpKind::Barrier ? 0 : a.count);
 }
+}  // namespace
 
-flagcxResult_t mismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
+flagcxResult_t blockMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
   s->smallNote = {mine, theirs};
   if (theirs)
     WARN(kColl, "rank %d: mismatched calls: this rank called %s, rank %d called %s", s->rank,
@@ -243,19 +195,22 @@ flagcxResult_t mismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) 
   return flagcxInvalidUsage;
 }
 
-// Everything that ends a small call early: a peer that gave up (its error
-// frame; sweepPeers), a message waiting on a ring that no call here will
-// receive (a peer called something else earlier: a broadcast with another
-// root, say, which completed on both sides and would have been caught by
-// the rings' next receive), or the block's poison flag.
-flagcxResult_t checkPeers(ExecState *s, const char *what) {
+// Everything that ends a call through the block early: a peer that gave up
+// (its error frame; sweepPeers), a message waiting on a ring that no call
+// here will receive (a peer called something else earlier: a broadcast with
+// another root, say, which completed on both sides and would have been
+// caught by the rings' next receive), or the block's poison flag.
+flagcxResult_t blockCheckPeers(ExecState *s, const char *what) {
   FLAGCX_CHECK(sweepPeers(s, what));
   // (A peer that has finished this call may already be sending for a later
-  // one: only a collective's message of this call or an earlier one is wrong.)
+  // one, and after a direct call's fallback (shm_direct.cc) one may send for
+  // this call on the rings, under its tag: only a collective's message of an
+  // earlier call, or of this call under another tag, is wrong.)
   for (auto &c : *s->env.conns)
     if (c)
-      if (uint64_t t = c->inboundTag(); isCollTag(t) && !laterCall(t, s->curTag))
-        return mismatch(s, c->peer(), s->curTag, t);
+      if (uint64_t t = c->inboundTag();
+          isCollTag(t) && t != s->curTag && !laterCall(t, s->curTag))
+        return blockMismatch(s, c->peer(), s->curTag, t);
   if (s->small->poisoned()->load(std::memory_order_acquire)) {
     WARN(kColl, "rank %d: %s: a rank of this communicator gave up on an earlier operation",
          s->rank, what);
@@ -263,43 +218,6 @@ flagcxResult_t checkPeers(ExecState *s, const char *what) {
   }
   return flagcxSuccess;
 }
-
-// Waits, with the engine's usual checks, until `ready()` holds: abort, a
-// peer that gave up (its error frame, seen through the Conns), FLAGCX_TIMEOUT.
-// `ready` returns flagcxInProgress while it does not hold.
-template <class Ready>
-flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
-  for (int i = 0; i < 256; i++) {  // the common case: a few hundred nanoseconds
-    flagcxResult_t r = ready();
-    if (r != flagcxInProgress) return r;
-    __builtin_ia32_pause();
-  }
-  Backoff wait;
-  for (unsigned round = 1;; round++) {
-    flagcxResult_t r = ready();
-    if (r != flagcxInProgress) return r;
-    if (s->aborting) return flagcxRemoteError;
-    if (round % 256 == 0) {
-      FLAGCX_CHECK(checkPeers(s, what));
-      // A peer that died without a word (killed): the Conns look only while
-      // they have requests pending, and here they have none.
-      for (auto &c : *s->env.conns)
-        if (c && (r = c->checkAlive()) != flagcxSuccess) {
-          std::string cause = lastErrorText();
-          WARN(kColl, "rank %d: %s: rank %d is gone: %s", s->rank, what, c->peer(), cause.c_str());
-          return r;
-        }
-      if (wait.expired()) {
-        WARN(kColl, "rank %d: %s: a peer did not arrive within FLAGCX_TIMEOUT=%llds", s->rank,
-             what, static_cast<long long>(paramInt(Param::TIMEOUT)));
-        return flagcxSystemError;
-      }
-    }
-    wait.idle();
-  }
-}
-
-}  // namespace
 
 void smallPoison(ExecState *s) {
   if (s->small) s->small->poisoned()->store(1, std::memory_order_release);
@@ -318,25 +236,15 @@ void smallPublishOrdinary(ExecState *s, const CollItem &ci) {
   a->word.store(ci.seq + 1, std::memory_order_release);
 }
 
-flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
+flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, const void *src, size_t give,
+                         const char *what) {
   SmallShm *sm = s->small.get();
-  const CollArgs &a = ci.a;
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
-  const uint64_t word = ci.seq + 1, tag = tagOf(ci);
-  const size_t ts = dtypeSize(a.dtype);
-  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * ts;  // one rank's share
-  // What this rank puts in its slot: its input, or nothing (a broadcast's
-  // or scatter's non-roots).
-  const bool rootOnly = a.op == OpKind::Broadcast || a.op == OpKind::Scatter;
-  const size_t give = rootOnly && me != a.root ? 0 : slotNeed(a, n);
-  s->curTag = tag;
-  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
-                              opIsRooted(a.op) ? a.root : -1);
-  const char *what = blockWhat(a.op);
+  const uint64_t word = ci.seq + 1, tag = s->curTag;
 
-  // 0. A rank gave up earlier: fail now, naming it (checkPeers).
-  if (sm->poisoned()->load(std::memory_order_acquire)) FLAGCX_CHECK(checkPeers(s, what));
+  // 0. A rank gave up earlier: fail now, naming it (blockCheckPeers).
+  if (sm->poisoned()->load(std::memory_order_acquire)) FLAGCX_CHECK(blockCheckPeers(s, what));
 
   // 1. Every peer has read what this rank last put in slot p.
   const uint64_t last = sm->lastUse[p];  // 0: never used
@@ -352,8 +260,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
 
   // 2. Publish: data, tag, then the word (release).
   Pub *mine = sm->slot(me, p);
-  if (give) copyBytes(sm->data(me, p), a.send, give);
-  sm->calls++;
+  if (give) copyBytes(sm->data(me, p), src, give);
   mine->tag.store(tag, std::memory_order_relaxed);
   mine->word.store(word, std::memory_order_release);
   sm->lastUse[p] = word;
@@ -370,7 +277,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
       uint64_t w = ps->word.load(std::memory_order_acquire);
       if (w == word) {
         uint64_t t = ps->tag.load(std::memory_order_relaxed);
-        if (t != tag) return mismatch(s, q, tag, t);
+        if (t != tag) return blockMismatch(s, q, tag, t);
         arrived |= 1u << q;
         if (sm->seen[static_cast<size_t>(q)] < word) sm->seen[static_cast<size_t>(q)] = word;
         continue;
@@ -389,7 +296,7 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
           uint64_t t = pa->tag.load(std::memory_order_relaxed);
           std::atomic_thread_fence(std::memory_order_acquire);
           uint64_t w2 = pa->word.load(std::memory_order_relaxed);
-          return mismatch(s, q, tag, w1 == word && w2 == w1 ? t : 0);
+          return blockMismatch(s, q, tag, w1 == word && w2 == w1 ? t : 0);
         }
       }
     }
@@ -400,9 +307,28 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   // the rings has landed: when this rank used the rings since its last look,
   // a message still waiting there means a peer called something else.
   if (s->ringsUsed) {
-    FLAGCX_CHECK(checkPeers(s, what));
+    FLAGCX_CHECK(blockCheckPeers(s, what));
     s->ringsUsed = false;
   }
+  return flagcxSuccess;
+}
+
+flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
+  SmallShm *sm = s->small.get();
+  const CollArgs &a = ci.a;
+  const int n = s->nranks, me = s->rank;
+  const int p = static_cast<int>(ci.seq & 1);
+  const size_t ts = dtypeSize(a.dtype);
+  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * ts;  // one rank's share
+  // What this rank puts in its slot: its input, or nothing (a broadcast's
+  // or scatter's non-roots).
+  const bool rootOnly = a.op == OpKind::Broadcast || a.op == OpKind::Scatter;
+  const size_t give = rootOnly && me != a.root ? 0 : slotNeed(a, n);
+  s->curTag = blockTag(ci);
+  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
+                              opIsRooted(a.op) ? a.root : -1);
+  sm->calls++;
+  if (flagcxResult_t r = blockMeet(s, ci, a.send, give, blockWhat(a.op)); r != flagcxSuccess) return r;
   if (!bytes) return flagcxSuccess;
 
   // 4. This rank's output from the slots (every slot is a copy: in-place

@@ -7,6 +7,7 @@
 //   staging.cc   device buffers through host memory (pipelined)
 //   direct.cc    device buffers read in place by same-host peers (CUDA IPC)
 //   small.cc     small collectives of one host through one shared block
+//   shm_direct.cc  large ones of one host straight between the ranks' buffers
 //
 // How bytes move is the executor's mode, fixed at init and the same on
 // every rank:
@@ -239,6 +240,12 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci);
 void smallPublishOrdinary(ExecState *s, const CollItem &ci);
 // After this rank's error frames went out: its peers' next small call fails.
 void smallPoison(ExecState *s);
+// shm_direct.cc: large collectives of a one-host communicator straight
+// between the ranks' buffers (falls back to runColl where they are not
+// shareable).
+bool shmDirectFits(const ExecState *s, const CollItem &ci);
+flagcxResult_t runShmDirect(ExecState *s, CollItem &ci);
+uint64_t shmDirectCalls(const ExecState *s);  // calls done that way so far
 // direct.cc
 flagcxResult_t setupDirect(ExecState *s, bool canDirect);
 void releaseDirect(ExecState *s);

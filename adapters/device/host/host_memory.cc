@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -27,12 +28,7 @@
 
 struct flagcxIpcMemHandle {
   uint64_t magic;
-  int32_t pid;     // creator process
-  int32_t fd;      // its memfd
-  uint64_t dev;    // st_dev / st_ino of that memfd
-  uint64_t ino;
-  uint64_t mapLen;  // bytes of the whole mapping
-  uint64_t offset;  // of devPtr inside it
+  flagcx::host::ShareRef ref;  // the creator's memfd and devPtr's offset in it
 };
 
 namespace flagcx::host {
@@ -57,6 +53,7 @@ std::mutex g_mu;
 std::map<uintptr_t, Alloc> g_allocs;    // by base address
 std::map<uintptr_t, Opened> g_opened;   // by the pointer ipcOpen returned
 bool g_mlockWarned = false;
+std::atomic<uint64_t> g_sharedFrees{0};
 
 size_t pageSize() {
   static const size_t ps = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -192,6 +189,7 @@ flagcxResult_t memFree(void *ptr) {
   if (a.fd >= 0) {
     munmap(ptr, a.mapLen);
     close(a.fd);
+    g_sharedFrees.fetch_add(1, std::memory_order_relaxed);
   } else {
     free(ptr);
   }
@@ -204,11 +202,8 @@ bool memIsOurs(const void *ptr) {
 }
 
 bool memShareable(const void *ptr, size_t len) {
-  std::lock_guard<std::mutex> g(g_mu);
-  auto it = findContaining(ptr);
-  if (it == g_allocs.end() || it->second.fd < 0) return false;
-  size_t off = reinterpret_cast<uintptr_t>(ptr) - it->first;
-  return off <= it->second.mapLen && len <= it->second.mapLen - off;
+  ShareRef ref;
+  return memShareRef(ptr, len, &ref);
 }
 
 bool memIsLocked(const void *ptr) {
@@ -226,42 +221,23 @@ flagcxResult_t ipcCreate(flagcxIpcMemHandle_t *handle, size_t *size) {
   return flagcxSuccess;
 }
 
-flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr) {
-  if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleGet: handle is NULL");
-  if (!devPtr) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleGet: devPtr is NULL");
+bool memShareRef(const void *ptr, size_t len, ShareRef *ref) {
   std::lock_guard<std::mutex> g(g_mu);
-  auto it = findContaining(devPtr);
-  if (it == g_allocs.end())
-    return argError(flagcxInvalidArgument, kAlloc,
-                    "ipcMemHandleGet: %p is not memory from deviceMalloc", devPtr);
-  if (it->second.fd < 0)
-    return argError(flagcxInvalidArgument, kAlloc,
-                    "ipcMemHandleGet: %p is not shareable (host memory under %zu bytes, or no "
-                    "memfd was available); allocate it with flagcxMemDevice",
-                    devPtr, kShareableMin);
-  flagcxIpcMemHandle h{};
-  h.magic = kIpcMagic;
-  h.pid = static_cast<int32_t>(getpid());
-  h.fd = it->second.fd;
-  h.dev = it->second.dev;
-  h.ino = it->second.ino;
-  h.mapLen = it->second.mapLen;
-  h.offset = reinterpret_cast<uintptr_t>(devPtr) - it->first;
-  *handle = h;
-  return flagcxSuccess;
+  auto it = findContaining(ptr);
+  if (it == g_allocs.end() || it->second.fd < 0) return false;
+  size_t off = reinterpret_cast<uintptr_t>(ptr) - it->first;
+  if (off > it->second.mapLen || len > it->second.mapLen - off) return false;
+  *ref = ShareRef{static_cast<int32_t>(getpid()), it->second.fd, it->second.dev, it->second.ino,
+                  it->second.mapLen, off, 0};
+  return true;
 }
 
-flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr) {
-  if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: handle is NULL");
-  if (!devPtr) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: devPtr is NULL");
-  const flagcxIpcMemHandle h = *handle;
-  if (h.magic != kIpcMagic || h.mapLen == 0 || h.offset >= h.mapLen)
-    return argError(flagcxInvalidArgument, kAlloc,
-                    "ipcMemHandleOpen: not a host IPC handle filled by ipcMemHandleGet");
+uint64_t memFreeCount() { return g_sharedFrees.load(std::memory_order_relaxed); }
+
+flagcxResult_t shareMap(const ShareRef &h, void **base) {
   int fd = openPeerFd(h.pid, h.fd);
   if (fd < 0)
-    return argError(flagcxSystemError, kAlloc,
-                    "ipcMemHandleOpen: cannot open fd %d of process %d (%s)", h.fd, h.pid,
+    return argError(flagcxSystemError, kAlloc, "cannot open fd %d of process %d (%s)", h.fd, h.pid,
                     strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_dev) != h.dev ||
@@ -269,15 +245,54 @@ flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr) {
       static_cast<uint64_t>(st.st_size) < h.mapLen) {
     close(fd);
     return argError(flagcxInvalidArgument, kAlloc,
-                    "ipcMemHandleOpen: the buffer of process %d behind this handle is gone "
-                    "(freed, or the handle is stale)", h.pid);
+                    "the buffer of process %d behind this handle is gone (freed, or the handle "
+                    "is stale)", h.pid);
   }
   void *p = mmap(nullptr, h.mapLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
   close(fd);  // the mapping keeps the memory alive
   if (p == MAP_FAILED)
-    return argError(flagcxSystemError, kAlloc, "ipcMemHandleOpen: mmap of %llu bytes failed (%s)",
-                    static_cast<unsigned long long>(h.mapLen), strerror(e));
+    return argError(flagcxSystemError, kAlloc, "mmap of %llu bytes of process %d failed (%s)",
+                    static_cast<unsigned long long>(h.mapLen), h.pid, strerror(e));
+  *base = p;
+  return flagcxSuccess;
+}
+
+void shareUnmap(void *base, size_t mapLen) { munmap(base, mapLen); }
+
+flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr) {
+  if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleGet: handle is NULL");
+  if (!devPtr) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleGet: devPtr is NULL");
+  ShareRef ref{};
+  if (!memShareRef(devPtr, 0, &ref)) {
+    bool ours;
+    {
+      std::lock_guard<std::mutex> g(g_mu);
+      ours = findContaining(devPtr) != g_allocs.end();
+    }
+    if (!ours)
+      return argError(flagcxInvalidArgument, kAlloc,
+                      "ipcMemHandleGet: %p is not memory from deviceMalloc", devPtr);
+    return argError(flagcxInvalidArgument, kAlloc,
+                    "ipcMemHandleGet: %p is not shareable (host memory under %zu bytes, or no "
+                    "memfd was available); allocate it with flagcxMemDevice",
+                    devPtr, kShareableMin);
+  }
+  handle->magic = kIpcMagic;
+  handle->ref = ref;
+  return flagcxSuccess;
+}
+
+flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr) {
+  if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: handle is NULL");
+  if (!devPtr) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: devPtr is NULL");
+  const ShareRef h = handle->ref;
+  if (handle->magic != kIpcMagic || h.mapLen == 0 || h.offset >= h.mapLen)
+    return argError(flagcxInvalidArgument, kAlloc,
+                    "ipcMemHandleOpen: not a host IPC handle filled by ipcMemHandleGet");
+  void *p = nullptr;
+  flagcxResult_t r = shareMap(h, &p);
+  if (r != flagcxSuccess) return r;
   void *user = static_cast<char *>(p) + h.offset;
   {
     std::lock_guard<std::mutex> g(g_mu);

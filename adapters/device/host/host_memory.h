@@ -1,6 +1,7 @@
 // Memory and IPC handles of the host device adapter.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "flagcx.h"
 
@@ -23,6 +24,30 @@ bool memIsOurs(const void *ptr);
 bool memShareable(const void *ptr, size_t len);
 // Whether the page-locking of the buffer at ptr succeeded.
 bool memIsLocked(const void *ptr);
+
+// What a sibling process needs to map the shareable allocation holding a
+// pointer: the creator's memfd (as /proc/<pid>/fd/<fd>), the file's identity
+// (so that a freed and reused fd number is refused), the length of the whole
+// mapping and the pointer's offset in it.  Plain data, 48 bytes.
+struct ShareRef {
+  int32_t pid;
+  int32_t fd;
+  uint64_t dev, ino;
+  uint64_t mapLen;
+  uint64_t offset;
+  uint64_t reserved;
+};
+// Fills `ref` when [ptr, ptr+len) lies in one shareable allocation.
+bool memShareRef(const void *ptr, size_t len, ShareRef *ref);
+// Maps the whole allocation `ref` names (its offset is ignored) into this
+// process; unmap with shareUnmap(base, ref.mapLen).  Fails with
+// flagcxSystemError (cannot open or map) or flagcxInvalidArgument (the
+// allocation is gone), each with one log line.
+flagcxResult_t shareMap(const ShareRef &ref, void **base);
+void shareUnmap(void *base, size_t mapLen);
+// Shareable allocations freed by this process so far: a peer that keeps
+// mappings of them drops its unused ones when this number moves.
+uint64_t memFreeCount();
 
 flagcxResult_t ipcCreate(flagcxIpcMemHandle_t *handle, size_t *size);
 flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr);

@@ -1,0 +1,312 @@
+// Large collectives between ranks of one host, straight between the ranks'
+// buffers (issue 19's host direct mode).
+//
+// Over the rings every byte of an allreduce is copied into a ring, out of it
+// and reduced: about 4.5 S of memory traffic per rank at 2 ranks for S bytes,
+// where reading the inputs and writing the outputs needs 2 S.  When the
+// buffers a peer must touch are shareable (the host adapter's deviceMalloc
+// and flagcxMemAlloc memory are memfd mappings, host_memory.h), each rank
+// maps its peers' buffers once (cached per allocation) and works on them in
+// place: an allreduce rank reduces its 1/n of every input and writes the
+// result into every rank's output (S read and S written per rank, the
+// bound); a reduce writes each rank's piece into the root's output; the
+// copies (broadcast, allgather, gather, scatter, alltoall) are one copy per
+// byte.
+//
+// A call meets in the shared block first (small.cc's slots and checks: tags,
+// mismatches, dead peers, poison), each rank publishing a DirectDesc of its
+// buffers.  Every rank then decides the same from the same descriptors: when
+// some buffer a peer in another process must touch is not shareable (plain
+// malloc memory), all take the rings.  Otherwise each maps what it needs and
+// says so in line B (`mapped`); if any rank could not, all take the rings and
+// the communicator stops trying.  Then the work, and line B's `done`: no
+// rank returns while a peer may still read or write its buffers.  No rank
+// reads what another writes within a call (each piece of an output has one
+// writer, who has read every input of that piece before), so one meeting
+// before and one after suffice.
+//
+// Reductions put the rank that owns the destination first (in place its
+// input is read before it is overwritten), then the others in rank order;
+// each piece of the output is computed by one rank and copied to the
+// others, so every rank gets the same bits.  Mappings of a peer's
+// allocation stay until the peer reports a free (host::memFreeCount moved)
+// and this call does not use them, or the communicator ends.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "base/copy.h"
+#include "base/dtype.h"
+#include "exec/small_internal.h"
+#include "net/tags.h"
+#include "rendezvous/bootstrap.h"
+
+namespace flagcx {
+
+namespace {
+
+constexpr size_t kPiece = 64 << 10;  // reduced at a time: the output piece stays in cache
+constexpr size_t kMaxMaps = 64;      // per peer, before unused mappings are dropped
+constexpr size_t kStreamMin = 16 << 20;  // allreduce: streaming stores into peers from here (measured)
+
+const char *directWhat(OpKind op) {
+  static const auto names = [] {
+    std::array<std::string, static_cast<size_t>(OpKind::Count)> v;
+    for (size_t i = 0; i < v.size(); i++)
+      v[i] = std::string(opName(static_cast<OpKind>(i))) + " (shared memory, direct)";
+    return v;
+  }();
+  return names[static_cast<size_t>(op)].c_str();
+}
+
+// Whether other ranks read rank q's send buffer, or read or write its
+// receive buffer, in a direct call of this op.
+bool peersTouchSend(const CollArgs &a, int q) {
+  switch (a.op) {
+    case OpKind::Broadcast:
+    case OpKind::Scatter: return q == a.root;
+    case OpKind::Gather: return false;
+    default: return true;  // allreduce, reduce, reducescatter, allgather, alltoall
+  }
+}
+bool peersTouchRecv(const CollArgs &a, int q) {
+  switch (a.op) {
+    case OpKind::AllReduce: return true;
+    case OpKind::Reduce:
+    case OpKind::Gather: return q == a.root;
+    default: return false;
+  }
+}
+
+// Whether ranks q and r run in one process.
+bool oneProcess(const ExecState *s, int q, int r) {
+  const auto &peers = s->env.bs->peers();
+  const PeerInfo &a = peers[static_cast<size_t>(q)], &b = peers[static_cast<size_t>(r)];
+  return a.pid == b.pid && a.hostHash == b.hostHash;
+}
+
+// Rank q's buffer as this process reaches it: its address in this process,
+// or a (cached) mapping of the allocation the descriptor names.
+flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, uint64_t word,
+                          char **out) {
+  uint64_t addr = recv ? d.recvAddr : d.sendAddr;
+  if (oneProcess(s, s->rank, q)) {
+    *out = reinterpret_cast<char *>(addr);
+    return flagcxSuccess;
+  }
+  const host::ShareRef &ref = recv ? d.recv : d.send;
+  std::vector<PeerMapping> &maps = s->small->maps[static_cast<size_t>(q)];
+  for (PeerMapping &m : maps)
+    if (m.dev == ref.dev && m.ino == ref.ino && m.len == ref.mapLen) {
+      m.used = word;
+      *out = static_cast<char *>(m.base) + ref.offset;
+      return flagcxSuccess;
+    }
+  void *base = nullptr;
+  if (host::shareMap(ref, &base) != flagcxSuccess) {
+    INFO(kShm, "rank %d: cannot map a buffer of rank %d (%s); this call takes the rings",
+         s->rank, q, lastErrorText());
+    return flagcxSystemError;
+  }
+  maps.push_back(PeerMapping{ref.dev, ref.ino, base, ref.mapLen, word});
+  *out = static_cast<char *>(base) + ref.offset;
+  return flagcxSuccess;
+}
+
+// Drops q's mappings this call does not use, once q freed some shareable
+// memory (one of them may be it) or they pile up.
+void dropStale(SmallShm *sm, int q, uint64_t frees, uint64_t word) {
+  auto &maps = sm->maps[static_cast<size_t>(q)];
+  uint64_t &seen = sm->peerFrees[static_cast<size_t>(q)];
+  if (frees == seen && maps.size() <= kMaxMaps) return;
+  seen = frees;
+  auto keep = std::remove_if(maps.begin(), maps.end(), [&](const PeerMapping &m) {
+    if (m.used == word) return false;
+    host::shareUnmap(m.base, m.len);
+    return true;
+  });
+  maps.erase(keep, maps.end());
+}
+
+// Waits until every peer's line-B counter `field` reaches `want`.
+template <class Field>
+flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field field) {
+  SmallShm *sm = s->small.get();
+  return waitUntil(s, what, [&] {
+    for (int q = 0; q < s->nranks; q++)
+      if (q != s->rank && field(sm->lineB(q)).load(std::memory_order_acquire) < want)
+        return flagcxInProgress;
+    return flagcxSuccess;
+  });
+}
+
+}  // namespace
+
+bool shmDirectFits(const ExecState *s, const CollItem &ci) {
+  const SmallShm *sm = s->small.get();
+  if (!sm || !sm->directMin) return false;
+  const CollArgs &a = ci.a;
+  if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u) || a.op == OpKind::Barrier) return false;
+  if (a.count == 0) return false;
+  if (opReduces(a.op) && (a.redop < flagcxSum || a.redop > flagcxAvg)) return false;
+  if (opIsRooted(a.op) && (a.root < 0 || a.root >= s->nranks)) return false;
+  size_t ts = dtypeSize(a.dtype);
+  size_t most = std::max(elemsIn(ci, s->nranks), elemsOut(ci, s->nranks));
+  return ts != 0 && most <= SIZE_MAX / ts && most * ts >= sm->directMin;
+}
+
+uint64_t shmDirectCalls(const ExecState *s) { return s->small ? s->small->directCalls : 0; }
+
+flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
+  SmallShm *sm = s->small.get();
+  const CollArgs &a = ci.a;
+  const int n = s->nranks, me = s->rank;
+  const int p = static_cast<int>(ci.seq & 1);
+  const uint64_t word = ci.seq + 1;
+  const size_t ts = dtypeSize(a.dtype);
+  const size_t bytes = a.count * ts;  // one rank's share
+  const char *what = directWhat(a.op);
+  // The rings' tag for this call: a rank that falls back to them below
+  // sends frames with it, which its peers must not take for a mismatch.
+  s->curTag = collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : 0, a.count);
+
+  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-direct", bytes, a.dtype,
+                              opIsRooted(a.op) ? a.root : -1);
+  DirectDesc d{};
+  d.frees = host::memFreeCount();
+  d.sendAddr = reinterpret_cast<uintptr_t>(a.send);
+  d.recvAddr = reinterpret_cast<uintptr_t>(a.recv);
+  if (peersTouchSend(a, me) && a.send)
+    d.sendOk = host::memShareRef(a.send, elemsIn(ci, n) * ts, &d.send);
+  if (peersTouchRecv(a, me) && a.recv)
+    d.recvOk = host::memShareRef(a.recv, elemsOut(ci, n) * ts, &d.recv);
+  // In place, an alltoall would overwrite blocks its peers still read.
+  d.usable = !(a.op == OpKind::AlltoAll && a.send == a.recv);
+  if (flagcxResult_t r = blockMeet(s, ci, &d, sizeof d, what); r != flagcxSuccess) return r;
+  auto desc = [&](int q) -> const DirectDesc & {
+    return *reinterpret_cast<const DirectDesc *>(sm->data(q, p));
+  };
+
+  // 4. The same decision on every rank: can every rank reach what it must?
+  bool ok = true;
+  for (int q = 0; q < n && ok; q++) {
+    const DirectDesc &dq = desc(q);
+    bool alone = true;  // no rank of another process touches q's buffers
+    for (int r = 0; r < n; r++) alone = alone && oneProcess(s, q, r);
+    ok = dq.usable && (alone || ((!peersTouchSend(a, q) || dq.sendOk) &&
+                                 (!peersTouchRecv(a, q) || dq.recvOk)));
+  }
+  if (!ok) {
+    s->ringsUsed = true;
+    return runColl(s, ci);
+  }
+
+  // 5. Map what this rank touches; tell the others whether it could.
+  char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
+  bool mapped = true;
+  for (int q = 0; q < n; q++) {
+    if (q == me) {
+      send[q] = static_cast<char *>(const_cast<void *>(a.send));
+      recv[q] = static_cast<char *>(a.recv);
+      continue;
+    }
+    const DirectDesc &dq = desc(q);
+    if (mapped && peersTouchSend(a, q))
+      mapped = peerBuffer(s, q, dq, false, word, &send[q]) == flagcxSuccess;
+    if (mapped && peersTouchRecv(a, q))
+      mapped = peerBuffer(s, q, dq, true, word, &recv[q]) == flagcxSuccess;
+    dropStale(sm, q, dq.frees, word);
+  }
+  Phase *ph = sm->lineB(me);
+  ph->mapped.store(word * 2 + (mapped ? 1 : 0), std::memory_order_release);
+  FLAGCX_CHECK(waitPhase(s, what, word * 2, [](Phase *x) -> auto & { return x->mapped; }));
+  for (int q = 0; q < n; q++)
+    if (q != me && !(sm->lineB(q)->mapped.load(std::memory_order_acquire) & 1)) mapped = false;
+  if (!mapped) {
+    // The same on every rank: stop trying on this communicator.
+    if (me == 0) INFO(kShm, "direct collectives off on this communicator: a rank could not map its peers' buffers");
+    sm->directMin = 0;
+    s->ringsUsed = true;
+    return runColl(s, ci);
+  }
+
+  sm->directCalls++;
+  // 6. The work.
+  const flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
+  // dst[0, count) = the reduction of src(q)[0, count) over q, `first` first.
+  auto reduceInto = [&](char *dst, int first, auto src, size_t count) -> flagcxResult_t {
+    const size_t pe = std::max<size_t>(kPiece / ts, 1);
+    const int second = first == 0 ? 1 : 0;
+    for (size_t off = 0; off < count; off += pe) {
+      const size_t c = std::min(pe, count - off), bo = off * ts;
+      FLAGCX_CHECK(hostReduce(dst + bo, src(first) + bo, src(second) + bo, c, a.dtype, op));
+      for (int q = 0; q < n; q++)
+        if (q != first && q != second)
+          FLAGCX_CHECK(hostReduce(dst + bo, dst + bo, src(q) + bo, c, a.dtype, op));
+      if (a.redop == flagcxAvg)
+        FLAGCX_CHECK(s->dev->divide(dst + bo, dst + bo, c, a.dtype, static_cast<uint64_t>(n), nullptr));
+    }
+    return flagcxSuccess;
+  };
+  // Rank q's piece of a reduction spread over the ranks: whole lines each.
+  const size_t align = std::max<size_t>(kLine / ts, 1);
+  const size_t per = ((a.count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + align - 1) / align * align;
+  auto lo = [&](int q) { return std::min(static_cast<size_t>(q) * per, a.count); };
+  auto hi = [&](int q) { return std::min(lo(q) + per, a.count); };
+  auto copy = [](char *dst, const char *src, size_t len) {
+    if (dst != src) copyBytes(dst, src, len);
+  };
+  const size_t mine0 = static_cast<size_t>(me) * bytes;
+  switch (a.op) {
+    case OpKind::AllReduce: {
+      // Piece by piece: reduce into this rank's output, then write the
+      // result into every peer's output while it is still in cache.
+      // Streaming stores there when the message is too large to stay in the
+      // caches anyway (no read of lines the peer's core holds).
+      const bool stream = bytes >= kStreamMin;
+      const size_t pe = std::max<size_t>(kPiece / ts, 1);
+      for (size_t off = lo(me); off < hi(me); off += pe) {
+        const size_t c = std::min(pe, hi(me) - off), bo = off * ts;
+        FLAGCX_CHECK(reduceInto(recv[me] + bo, me, [&](int q) { return send[q] + bo; }, c));
+        for (int k = 1; k < n; k++) {
+          int q = (me + k) % n;
+          if (stream) copyBytesStreaming(recv[q] + bo, recv[me] + bo, c * ts);
+          else copyBytes(recv[q] + bo, recv[me] + bo, c * ts);
+        }
+      }
+      break;
+    }
+    case OpKind::Reduce: {
+      const size_t o = lo(me) * ts;
+      FLAGCX_CHECK(reduceInto(recv[a.root] + o, a.root, [&](int q) { return send[q] + o; }, hi(me) - lo(me)));
+      break;
+    }
+    case OpKind::ReduceScatter:
+      FLAGCX_CHECK(reduceInto(recv[me], me, [&](int q) { return send[q] + mine0; }, a.count));
+      break;
+    case OpKind::AllGather:
+      for (int k = 0; k < n; k++) {
+        int q = (me + k) % n;
+        copy(recv[me] + static_cast<size_t>(q) * bytes, send[q], bytes);
+      }
+      break;
+    case OpKind::Gather: copy(recv[a.root] + mine0, send[me], bytes); break;
+    case OpKind::Broadcast: copy(recv[me], send[a.root], bytes); break;
+    case OpKind::Scatter: copy(recv[me], send[a.root] + mine0, bytes); break;
+    case OpKind::AlltoAll:
+      for (int k = 0; k < n; k++) {
+        int q = (me + k) % n;
+        copy(recv[me] + static_cast<size_t>(q) * bytes, send[q] + mine0, bytes);
+      }
+      break;
+    default: return flagcxInternalError;
+  }
+  // 7. No peer touches this rank's buffers any more once every rank is done.
+  ph->done.store(word, std::memory_order_release);
+  return waitPhase(s, what, word, [](Phase *x) -> auto & { return x->done; });
+}
+
+}  // namespace flagcx

@@ -1,0 +1,156 @@
+// The shared block of a one-host communicator, as small.cc (small
+// collectives through the block) and shm_direct.cc (large ones read straight
+// out of the peers' memory) both use it.  The protocol is described at the
+// top of small.cc.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adapters/device/host/host_memory.h"
+#include "base/backoff.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "exec/state.h"
+#include "net/shm/segment.h"
+
+namespace flagcx {
+
+constexpr size_t kLine = 64;
+constexpr size_t kHeader = 16;  // word + tag before a slot's data
+constexpr int kMaxRanks = 16;   // one-shot: every rank reads every slot
+
+struct Pub {
+  std::atomic<uint64_t> word;
+  std::atomic<uint64_t> tag;
+};
+static_assert(sizeof(Pub) == kHeader);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// Line B of a rank: how far it is inside a direct call (shm_direct.cc).
+struct Phase {
+  std::atomic<uint64_t> mapped;   // word * 2 + 1: mapped every peer buffer it needs; word * 2: could not
+  std::atomic<uint64_t> done;     // word: it no longer touches any peer's buffers
+};
+
+// A peer allocation mapped into this process (shm_direct.cc).
+struct PeerMapping {
+  uint64_t dev, ino;
+  void *base;
+  size_t len;
+  uint64_t used;  // word of the last call that used it
+};
+
+// What a rank publishes in its slot for a direct call: its buffers, as
+// this process sees them and as a sibling process maps them.
+struct DirectDesc {
+  uint64_t frees;               // host::memFreeCount() now
+  uint64_t sendAddr, recvAddr;  // for ranks of this process
+  uint32_t sendOk, recvOk;      // whether send / recv below name the buffer
+  uint32_t usable, pad;         // 0: this rank's buffers rule the call out (in-place alltoall)
+  host::ShareRef send, recv;
+};
+
+struct SmallShm {
+  std::shared_ptr<Segment> seg;
+  char *base = nullptr;   // seg's mapping
+  size_t maxBytes = 0;    // payload of a slot
+  size_t slotStride = 0;  // kHeader + maxBytes, in whole lines
+  size_t rankStride = 0;  // lines A and B + 2 slots
+  size_t bytes = 0;       // the whole block
+  uint32_t ops = 0;       // bit per OpKind that takes the block (not where FLAGCX_ALGO forces one)
+  uint64_t lastUse[2] = {0, 0};  // word of this rank's last call on each slot
+  uint64_t calls = 0;            // calls this rank ran here (tests)
+  std::vector<uint64_t> seen;    // [peer]: newest word seen from it
+  // Direct calls (shm_direct.cc): the smallest contribution that takes them
+  // (0: never), the ops that may, and what they keep.
+  size_t directMin = 0;
+  uint64_t directCalls = 0;                    // calls done that way (tests)
+  std::vector<std::vector<PeerMapping>> maps;  // [peer]
+  std::vector<uint64_t> peerFrees;             // [peer]: its host::memFreeCount() last seen
+
+  ~SmallShm() {
+    for (auto &v : maps)
+      for (PeerMapping &m : v) host::shareUnmap(m.base, m.len);
+  }
+  void layout(size_t payload, int nranks) {
+    maxBytes = payload;
+    slotStride = (kHeader + maxBytes + kLine - 1) / kLine * kLine;
+    rankStride = 2 * kLine + 2 * slotStride;
+    bytes = kLine + rankStride * static_cast<size_t>(nranks);
+    seen.assign(static_cast<size_t>(nranks), 0);
+    maps.assign(static_cast<size_t>(nranks), {});
+    peerFrees.assign(static_cast<size_t>(nranks), 0);
+  }
+  // Set by a rank that gave up on an operation, after its error frames went
+  // out on the Conns: the others then fail their next call here too.
+  std::atomic<uint32_t> *poisoned() const { return reinterpret_cast<std::atomic<uint32_t> *>(base); }
+  char *rankBase(int r) const { return base + kLine + static_cast<size_t>(r) * rankStride; }
+  Pub *lineA(int r) const { return reinterpret_cast<Pub *>(rankBase(r)); }
+  Phase *lineB(int r) const { return reinterpret_cast<Phase *>(rankBase(r) + kLine); }
+  Pub *slot(int r, int p) const {
+    return reinterpret_cast<Pub *>(rankBase(r) + 2 * kLine + static_cast<size_t>(p) * slotStride);
+  }
+  char *data(int r, int p) const { return reinterpret_cast<char *>(slot(r, p)) + kHeader; }
+  // Newest word peer q has published anywhere.
+  uint64_t newest(int q) const {
+    uint64_t w = lineA(q)->word.load(std::memory_order_acquire);
+    w = std::max(w, slot(q, 0)->word.load(std::memory_order_acquire));
+    return std::max(w, slot(q, 1)->word.load(std::memory_order_acquire));
+  }
+};
+static_assert(sizeof(Phase) <= kLine);
+
+// Logs a mismatch with `peer` (theirs 0: it has gone past this call) and
+// returns flagcxInvalidUsage.
+flagcxResult_t blockMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs);
+// Everything that ends a call through the block early (small.cc).
+flagcxResult_t blockCheckPeers(ExecState *s, const char *what);
+// Steps 1-3 of a call through the block: wait until slot (seq & 1) may be
+// reused, publish `give` bytes of `src` in it with the call's word and tag
+// (s->curTag: op, dtype, root and count, as the transports' frames carry it),
+// and wait until every peer has published the same call there.  Then every
+// peer's slot holds its contribution (sm->data(q, seq & 1)).
+flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, const void *src, size_t give,
+                         const char *what);
+
+// Waits, with the engine's usual checks, until `ready()` holds: abort, a
+// peer that gave up (its error frame, seen through the Conns), a peer that
+// died, FLAGCX_TIMEOUT.  `ready` returns flagcxInProgress while it does not
+// hold.
+template <class Ready>
+flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
+  for (int i = 0; i < 256; i++) {  // the common case: a few hundred nanoseconds
+    flagcxResult_t r = ready();
+    if (r != flagcxInProgress) return r;
+    __builtin_ia32_pause();
+  }
+  Backoff wait;
+  for (unsigned round = 1;; round++) {
+    flagcxResult_t r = ready();
+    if (r != flagcxInProgress) return r;
+    if (s->aborting) return flagcxRemoteError;
+    if (round % 256 == 0) {
+      FLAGCX_CHECK(blockCheckPeers(s, what));
+      // A peer that died without a word (killed): the Conns look only while
+      // they have requests pending, and here they have none.
+      for (auto &c : *s->env.conns)
+        if (c && (r = c->checkAlive()) != flagcxSuccess) {
+          std::string cause = lastErrorText();
+          WARN(kColl, "rank %d: %s: rank %d is gone: %s", s->rank, what, c->peer(), cause.c_str());
+          return r;
+        }
+      if (wait.expired()) {
+        WARN(kColl, "rank %d: %s: a peer did not arrive within FLAGCX_TIMEOUT=%llds", s->rank,
+             what, static_cast<long long>(paramInt(Param::TIMEOUT)));
+        return flagcxSystemError;
+      }
+    }
+    wait.idle();
+  }
+}
+
+}  // namespace flagcx

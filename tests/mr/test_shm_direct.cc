@@ -1,0 +1,234 @@
+// Large collectives of a one-host communicator straight between the ranks'
+// buffers (src/exec/shm_direct.cc, FLAGCX_SHM_DIRECT_BYTES): every op at 2, 3
+// and 4 ranks, in place and not, checked in closed form, with the path's call
+// counter proving which way each call went; the fallbacks to the rings (plain
+// heap buffers on one rank, the variable at 0); buffers freed and allocated
+// again between calls; mismatched calls and a peer that never arrives.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "tests/common/harness.h"
+
+namespace {
+
+// Shareable host memory (the host adapter's deviceMalloc: a memfd mapping),
+// or the heap.
+struct Buf {
+  flagcxDeviceHandle_t h = nullptr;
+  int32_t *p = nullptr;
+  bool heap = false;
+  Buf(flagcxDeviceHandle_t dev, size_t count, bool onHeap) : h(dev), heap(onHeap) {
+    void *v = nullptr;
+    if (heap) v = malloc(count * sizeof(int32_t));
+    else if (h->deviceMalloc(&v, count * sizeof(int32_t), flagcxMemDevice, nullptr) != flagcxSuccess) v = nullptr;
+    p = static_cast<int32_t *>(v);
+  }
+  ~Buf() {
+    if (heap) free(p);
+    else if (p) h->deviceFree(p, flagcxMemDevice, nullptr);
+  }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+};
+
+int32_t val(int r, size_t i, int round) { return static_cast<int32_t>(r * 1000 + i % 977 + round); }
+
+// One round of every op on count-element shares.  With `expectDirect` every
+// call must take the direct path, except where a peer would touch the
+// buffers of `heapRank` (heap memory: not shareable); without, none may.
+int everyOp(int rank, int n, flagcxComm_t comm, flagcxDeviceHandle_t h, size_t c, int round,
+            int heapRank, bool expectDirect) {
+  const bool heapHere = rank == heapRank;
+  int failures = 0;
+  const int root = round % n;
+  Buf in(h, c * n, heapHere), out(h, c * n, heapHere);
+  RANK_CHECK(in.p && out.p, "allocation failed");
+  auto w = [&](int r, size_t i) { return val(r, i, round); };
+  auto fill = [&] {
+    for (size_t i = 0; i < c * n; i++) in.p[i] = w(rank, i);
+    for (size_t i = 0; i < c * n; i++) out.p[i] = -7;
+  };
+  uint64_t before = comm->exec->shmDirectCalls();
+  int calls = 0;
+
+  fill();  // allreduce sum, out of place
+  RANK_OK(flagcxAllReduce(in.p, out.p, c, flagcxInt32, flagcxSum, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++) {
+    int32_t want = 0;
+    for (int r = 0; r < n; r++) want += w(r, i);
+    RANK_EXPECT(out.p[i] == want, "allreduce [%zu] = %d, want %d", i, out.p[i], want);
+  }
+  fill();  // allreduce max, in place
+  RANK_OK(flagcxAllReduce(in.p, in.p, c, flagcxInt32, flagcxMax, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++)
+    RANK_EXPECT(in.p[i] == w(n - 1, i), "allreduce in place [%zu] = %d", i, in.p[i]);
+  fill();  // allreduce avg
+  RANK_OK(flagcxAllReduce(in.p, out.p, c, flagcxInt32, flagcxAvg, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++) {
+    int32_t sum = 0;
+    for (int r = 0; r < n; r++) sum += w(r, i);
+    RANK_EXPECT(out.p[i] == sum / n, "allreduce avg [%zu] = %d", i, out.p[i]);
+  }
+  fill();  // reduce to root, in place at every rank
+  RANK_OK(flagcxReduce(in.p, in.p, c, flagcxInt32, flagcxSum, root, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++) {
+    int32_t want = 0;
+    for (int r = 0; r < n; r++) want += w(r, i);
+    RANK_EXPECT(in.p[i] == (rank == root ? want : w(rank, i)), "reduce [%zu] = %d", i, in.p[i]);
+  }
+  fill();  // reducescatter max
+  RANK_OK(flagcxReduceScatter(in.p, out.p, c, flagcxInt32, flagcxMax, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++)
+    RANK_EXPECT(out.p[i] == w(n - 1, rank * c + i), "reducescatter [%zu] = %d", i, out.p[i]);
+  fill();  // reducescatter in place (the output is this rank's block of the input)
+  RANK_OK(flagcxReduceScatter(in.p, in.p + rank * c, c, flagcxInt32, flagcxSum, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++) {
+    int32_t want = 0;
+    for (int r = 0; r < n; r++) want += w(r, rank * c + i);
+    RANK_EXPECT(in.p[rank * c + i] == want, "reducescatter in place [%zu]", i);
+  }
+  fill();  // allgather, in place (this rank's share already in its block)
+  for (size_t i = 0; i < c; i++) out.p[rank * c + i] = w(rank, i);
+  RANK_OK(flagcxAllGather(out.p + rank * c, out.p, c, flagcxInt32, comm, nullptr));
+  calls++;
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < c && failures < 5; i++)
+      RANK_EXPECT(out.p[r * c + i] == w(r, i), "allgather [%d][%zu] = %d", r, i, out.p[r * c + i]);
+  fill();  // gather to root
+  RANK_OK(flagcxGather(in.p, out.p, c, flagcxInt32, root, comm, nullptr));
+  calls++;
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < c && failures < 5; i++)
+      RANK_EXPECT(out.p[r * c + i] == (rank == root ? w(r, i) : -7), "gather [%d][%zu]", r, i);
+  fill();  // broadcast from root, in place
+  RANK_OK(flagcxBroadcast(in.p, in.p, c, flagcxInt32, root, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++)
+    RANK_EXPECT(in.p[i] == w(root, i), "broadcast [%zu] = %d", i, in.p[i]);
+  fill();  // scatter from root
+  RANK_OK(flagcxScatter(in.p, out.p, c, flagcxInt32, root, comm, nullptr));
+  calls++;
+  for (size_t i = 0; i < c && failures < 5; i++)
+    RANK_EXPECT(out.p[i] == w(root, rank * c + i), "scatter [%zu] = %d", i, out.p[i]);
+  fill();  // alltoall
+  RANK_OK(flagcxAlltoAll(in.p, out.p, c, flagcxInt32, comm, nullptr));
+  calls++;
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < c && failures < 5; i++)
+      RANK_EXPECT(out.p[r * c + i] == w(r, rank * c + i), "alltoall [%d][%zu]", r, i);
+
+  // With heap buffers on a rank that is not the root, only the gather,
+  // broadcast and scatter leave them alone.
+  int want = !expectDirect ? 0 : heapRank < 0 ? calls : heapRank == root ? 0 : 3;
+  uint64_t direct = comm->exec->shmDirectCalls() - before;
+  RANK_EXPECT(direct == static_cast<uint64_t>(want), "%llu of %d calls took the direct path, want %d",
+              static_cast<unsigned long long>(direct), calls, want);
+  return failures;
+}
+
+// `heapRank`: that rank's buffers come from the heap (-1: none).
+void run(std::initializer_list<int> sizes, size_t count, int rounds, int heapRank, bool expectDirect,
+         const harness::Env &env = {}) {
+  for (int nranks : sizes) {
+    auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
+      flagcxComm_t comm;
+      RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+      flagcxDeviceHandle_t h = nullptr;
+      RANK_OK(flagcxDeviceHandleInit(&h));
+      int failures = 0;
+      // Every round allocates and frees its buffers: a peer's mappings of
+      // freed memory must never be taken for the new buffers.
+      for (int round = 0; round < rounds && failures == 0; round++)
+        failures += everyOp(rank, n, comm, h, count + static_cast<size_t>(round % 3) * 16, round,
+                            heapRank, expectDirect);
+      RANK_OK(flagcxDeviceHandleFree(h));
+      RANK_OK(flagcxCommDestroy(comm));
+      return failures ? 1 : 0;
+    }, env, 240);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks: " << res.failures();
+  }
+}
+
+// 16411 int32 (64 KiB + 44 bytes, not a multiple of any rank count's lines).
+TEST(ShmDirect, EveryOpStraightBetweenBuffers) { run({2, 3, 4}, 16411, 6, -1, true); }
+// Larger than the L2 pieces the reductions work in.
+TEST(ShmDirect, SeveralMegabytes) { run({2, 3}, (3 << 20) / 4 + 5, 2, -1, true); }
+// Large enough for the allreduce's streaming stores into the peers (16 MiB).
+TEST(ShmDirect, StreamingSizes) { run({2, 3}, (16 << 20) / 4 + 1027, 1, -1, true); }
+// A rank with heap buffers: every call that would touch them takes the rings
+// (the same decision everywhere), the others stay direct.
+TEST(ShmDirect, HeapBuffersOnOneRankTakeTheRings) { run({2, 3}, 16411, 3, 1, true); }
+TEST(ShmDirect, OffWhenZero) { run({2}, 16411, 1, -1, false, {{{"FLAGCX_SHM_DIRECT_BYTES", "0"}}}); }
+// Below the threshold: the rings.
+TEST(ShmDirect, BelowTheThresholdTakesTheRings) {
+  run({2}, 16411, 1, -1, false, {{{"FLAGCX_SHM_DIRECT_BYTES", "1048576"}}});
+}
+
+// Rank 1 asks for more elements than rank 0 (both direct-sized): both fail
+// with flagcxInvalidUsage, naming the mismatch, well before FLAGCX_TIMEOUT.
+TEST(ShmDirect, MismatchedCountsAreCaught) {
+  harness::Env env;
+  env.vars = {{"FLAGCX_TIMEOUT", "20"}};
+  auto res = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+    flagcxDeviceHandle_t h = nullptr;
+    RANK_OK(flagcxDeviceHandleInit(&h));
+    {
+      Buf in(h, 40000, false), out(h, 40000, false);
+      auto t0 = std::chrono::steady_clock::now();
+      flagcxResult_t r = flagcxAllReduce(in.p, out.p, rank == 0 ? 30000 : 30016, flagcxInt32, flagcxSum, comm, nullptr);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      RANK_CHECK(r == flagcxInvalidUsage, "mismatched allreduce returned %d", static_cast<int>(r));
+      RANK_CHECK(secs < 10, "took %.1f s", secs);
+      std::string err = flagcxGetLastError(comm);
+      RANK_CHECK(err.find("mismatch") != std::string::npos, "error does not name a mismatch: %s", err.c_str());
+    }
+    RANK_OK(flagcxDeviceHandleFree(h));
+    flagcxCommAbort(comm);
+    return 0;
+  }, env, 120);
+  EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+// Rank 1 leaves without calling: rank 0's direct-sized allreduce fails within
+// FLAGCX_TIMEOUT (the peer's process is gone, or it never arrives).
+TEST(ShmDirect, PeerThatNeverArrives) {
+  harness::Env env;
+  env.vars = {{"FLAGCX_TIMEOUT", "3"}};
+  auto res = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+    if (rank == 1) _exit(0);
+    flagcxDeviceHandle_t h = nullptr;
+    RANK_OK(flagcxDeviceHandleInit(&h));
+    {
+      Buf in(h, 40000, false), out(h, 40000, false);
+      auto t0 = std::chrono::steady_clock::now();
+      flagcxResult_t r = flagcxAllReduce(in.p, out.p, 40000, flagcxInt32, flagcxSum, comm, nullptr);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      RANK_CHECK(r != flagcxSuccess, "allreduce without rank 1 succeeded");
+      RANK_CHECK(secs < 3 + 5, "took %.1f s", secs);
+    }
+    RANK_OK(flagcxDeviceHandleFree(h));
+    flagcxCommAbort(comm);
+    return 0;
+  }, env, 60);
+  EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+}  // namespace
