@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   // Operands without a common 16-byte boundary (the narrower word paths),
   // against the aligned cudaMemcpy of the same size.
   {
-    phase("misaligned reduce", 240);
+    phase("misaligned reduce", 480);
     size_t bytes = std::min<size_t>(maxBytes, 256u << 20) - 64;
     double tc = timeMs(s, 10, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
     struct Case {
@@ -126,8 +126,9 @@ int main(int argc, char **argv) {
                  {"bf16 d+2 a+0 b+6", flagcxBfloat16, 2, 0, 6},
                  {"i8 d+1 a+0 b+3", flagcxInt8, 1, 0, 3}};
     using P = cuda::MisalignedPath;
-    const char *names[] = {"best", "realign", "words"};
-    for (P path : {P::best, P::realign, P::words}) {
+    const char *names[] = {"best", "realign", "words", "shuffle4", "chunk", "chunkLine"};
+    static_assert(sizeof(names) / sizeof(names[0]) == cuda::kMisalignedPaths);
+    for (P path : {P::best, P::realign, P::words, P::shuffle4, P::chunk, P::chunkLine}) {
       cuda::g_misaligned = path;
       const char *pname = names[static_cast<int>(path)];
       for (const Case &c : cases) {

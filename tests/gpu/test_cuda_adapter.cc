@@ -206,7 +206,7 @@ void everyTypeOpCountAlignment() {
 // Every way of handling operands without a common 16-byte offset.
 TEST(CudaReduce, EveryTypeOpCountAlignmentMatchesHost) {
   using P = cuda::MisalignedPath;
-  for (P p : {P::best, P::realign, P::words}) {
+  for (P p : {P::best, P::realign, P::words, P::shuffle4, P::chunk, P::chunkLine}) {
     SCOPED_TRACE("misaligned path " + std::to_string(static_cast<int>(p)));
     cuda::g_misaligned = p;
     everyTypeOpCountAlignment();

@@ -8,6 +8,8 @@
 // one by one.  Operands at different offsets modulo 16 either move in 8-byte
 // words (when they share an 8-byte offset) or are realigned: aligned vector
 // loads shifted in registers (useRealign below says which, and why).
+// Candidate realigning kernels (bench_cuda compares them) are in
+// cuda_kernels_misaligned.cu; the shared device pieces in cuda_kernels.h.
 // Half and bfloat16 are computed in float and rounded to nearest even, as the
 // host adapter does, so both give bit-identical results.
 #include <cuda_bf16.h>
@@ -26,108 +28,8 @@ __attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedP
 
 namespace {
 
-constexpr int kThreads = 512;
+using namespace kern;  // building blocks: cuda_kernels.h
 constexpr int kBlocksPerSm = 2;  // with __launch_bounds__ below: 1024 threads/SM, <= 64 registers
-
-// Compute type: halves and bfloat16 go through float.
-template <class T>
-struct Arith {
-  using C = T;
-  __device__ static C up(T x) { return x; }
-  __device__ static T down(C x) { return x; }
-};
-template <>
-struct Arith<__half> {
-  using C = float;
-  __device__ static float up(__half x) { return __half2float(x); }
-  __device__ static __half down(float x) { return __float2half_rn(x); }
-};
-template <>
-struct Arith<__nv_bfloat16> {
-  using C = float;
-  __device__ static float up(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ static __nv_bfloat16 down(float x) { return __float2bfloat16_rn(x); }
-};
-
-// Operators on the compute type.  Integers add and multiply in the unsigned
-// type of the same width (wrap-around, as on the host); floating max/min
-// propagate a NaN from either side.
-struct OpSum {
-  template <class C>
-  __device__ static C f(C a, C b) {
-    if constexpr (std::is_integral_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      return static_cast<C>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-    } else {
-      return a + b;
-    }
-  }
-};
-struct OpProd {
-  template <class C>
-  __device__ static C f(C a, C b) {
-    if constexpr (std::is_integral_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      return static_cast<C>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-    } else {
-      return a * b;
-    }
-  }
-};
-struct OpMax {
-  template <class C>
-  __device__ static C f(C a, C b) {
-    C r = a < b ? b : a;
-    if constexpr (std::is_floating_point_v<C>) return b != b ? b : r;
-    return r;
-  }
-};
-struct OpMin {
-  template <class C>
-  __device__ static C f(C a, C b) {
-    C r = b < a ? b : a;
-    if constexpr (std::is_floating_point_v<C>) return b != b ? b : r;
-    return r;
-  }
-};
-
-template <class T, class Op>
-struct Binary {
-  __device__ T operator()(T a, T b) const {
-    using A = Arith<T>;
-    return A::down(Op::f(A::up(a), A::up(b)));
-  }
-};
-
-template <class T>
-struct DivSigned {
-  uint64_t divisor;
-  __device__ T operator()(T x) const {
-    if (divisor > static_cast<uint64_t>(INT64_MAX)) {
-      // |x| <= 2^63 <= divisor: 0, except -2^63 / 2^63 = -1.
-      int64_t v = x;
-      return static_cast<T>(v == INT64_MIN && divisor == (1ull << 63) ? -1 : 0);
-    }
-    return static_cast<T>(static_cast<int64_t>(x) / static_cast<int64_t>(divisor));
-  }
-};
-template <class T>
-struct DivUnsigned {
-  uint64_t divisor;
-  __device__ T operator()(T x) const { return static_cast<T>(static_cast<uint64_t>(x) / divisor); }
-};
-template <class T>
-struct DivFloat {
-  typename Arith<T>::C q;
-  __device__ T operator()(T x) const {
-    using A = Arith<T>;
-    return A::down(A::up(x) / q);
-  }
-};
-template <class T>
-struct Identity {
-  __device__ T operator()(T x) const { return x; }
-};
 
 // Word types the word path moves: the widest width at which all operands
 // share their offset.  Equal offsets mod 16 (the usual case) give 16-byte
@@ -153,30 +55,6 @@ template <class V>
 __host__ __device__ constexpr int unrollFor() {
   return sizeof(V) >= 8 ? static_cast<int>(64 / sizeof(V)) : 16;
 }
-
-template <class T, class V, class F>
-__device__ __forceinline__ V apply2(V x, V y, const F &f) {
-  constexpr int n = sizeof(V) / sizeof(T);
-  T *px = reinterpret_cast<T *>(&x);
-  const T *py = reinterpret_cast<const T *>(&y);
-#pragma unroll
-  for (int k = 0; k < n; k++) px[k] = f(px[k], py[k]);
-  return x;
-}
-template <class T, class V, class F>
-__device__ __forceinline__ V apply1(V x, const F &f) {
-  constexpr int n = sizeof(V) / sizeof(T);
-  T *px = reinterpret_cast<T *>(&x);
-#pragma unroll
-  for (int k = 0; k < n; k++) px[k] = f(px[k]);
-  return x;
-}
-
-// Layout of one launch: `head` scalar elements, then `nvec` words of V, then
-// scalars up to `count`.  Without a common alignment head == count.
-struct Split {
-  size_t head, nvec, count;
-};
 
 template <class T, class V, class F>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
@@ -377,10 +255,11 @@ unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
   return static_cast<unsigned>(want ? want : 1);
 }
 
-// Which path takes operands that differ modulo 16.  `best`, from the H200
-// measurements in docs/GPU.md: operands sharing an 8-byte offset move in
-// 8-byte words (92 % of the copy rate for f32), the others are realigned
-// (84 %; 4-byte words reached 65 %, bytes 52 %).
+// Which of this file's paths takes operands that differ modulo 16 when a
+// benchmark asks for `realign` or `words` (`best` goes to `chunk` in
+// cuda_kernels_misaligned.cu first).  Session 7's H200 figures: operands
+// sharing an 8-byte offset move in 8-byte words (92 % of the copy rate for
+// f32), the others realigned (84 %; 4-byte words reached 65 %, bytes 52 %).
 template <class T>
 bool useRealign(const void *p0, const void *p1, const void *p2) {
   if (congruent<T>(16, p0, p1, p2)) return false;
@@ -446,63 +325,27 @@ cudaError_t runUnary(void *dst, const void *src, size_t count, cudaStream_t s, i
   });
 }
 
-template <class T>
-cudaError_t reduceT(void *d, const void *a, const void *b, size_t n, flagcxRedOp_t op,
-                    cudaStream_t s, int sm) {
-  switch (op) {
-    case flagcxSum:
-    case flagcxAvg: return runBinary<T>(d, a, b, n, s, sm, Binary<T, OpSum>{});
-    case flagcxProd: return runBinary<T>(d, a, b, n, s, sm, Binary<T, OpProd>{});
-    case flagcxMax: return runBinary<T>(d, a, b, n, s, sm, Binary<T, OpMax>{});
-    case flagcxMin: return runBinary<T>(d, a, b, n, s, sm, Binary<T, OpMin>{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launchReduce(void *dst, const void *a, const void *b, size_t count,
                          flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t s, int sm) {
   if (count == 0) return cudaSuccess;
-  switch (dtype) {
-    case flagcxInt8: return reduceT<int8_t>(dst, a, b, count, op, s, sm);
-    case flagcxUint8: return reduceT<uint8_t>(dst, a, b, count, op, s, sm);
-    case flagcxInt32: return reduceT<int32_t>(dst, a, b, count, op, s, sm);
-    case flagcxUint32: return reduceT<uint32_t>(dst, a, b, count, op, s, sm);
-    case flagcxInt64: return reduceT<int64_t>(dst, a, b, count, op, s, sm);
-    case flagcxUint64: return reduceT<uint64_t>(dst, a, b, count, op, s, sm);
-    case flagcxFloat16: return reduceT<__half>(dst, a, b, count, op, s, sm);
-    case flagcxFloat32: return reduceT<float>(dst, a, b, count, op, s, sm);
-    case flagcxFloat64: return reduceT<double>(dst, a, b, count, op, s, sm);
-    case flagcxBfloat16: return reduceT<__nv_bfloat16>(dst, a, b, count, op, s, sm);
-    default: return cudaErrorInvalidValue;
-  }
+  cudaError_t e;
+  if (launchMisalignedReduce(dst, a, b, count, dtype, op, s, sm, &e)) return e;
+  return forReduce(dtype, op, [&](auto *tag, auto f) {
+    return runBinary<std::remove_pointer_t<decltype(tag)>>(dst, a, b, count, s, sm, f);
+  });
 }
 
 cudaError_t launchDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                          uint64_t divisor, cudaStream_t s, int sm) {
   if (count == 0) return cudaSuccess;
   if (divisor == 0) return cudaErrorInvalidValue;
-  switch (dtype) {
-    case flagcxInt8: return runUnary<int8_t>(dst, src, count, s, sm, DivSigned<int8_t>{divisor});
-    case flagcxUint8: return runUnary<uint8_t>(dst, src, count, s, sm, DivUnsigned<uint8_t>{divisor});
-    case flagcxInt32: return runUnary<int32_t>(dst, src, count, s, sm, DivSigned<int32_t>{divisor});
-    case flagcxUint32:
-      return runUnary<uint32_t>(dst, src, count, s, sm, DivUnsigned<uint32_t>{divisor});
-    case flagcxInt64: return runUnary<int64_t>(dst, src, count, s, sm, DivSigned<int64_t>{divisor});
-    case flagcxUint64:
-      return runUnary<uint64_t>(dst, src, count, s, sm, DivUnsigned<uint64_t>{divisor});
-    case flagcxFloat16:
-      return runUnary<__half>(dst, src, count, s, sm, DivFloat<__half>{static_cast<float>(divisor)});
-    case flagcxFloat32:
-      return runUnary<float>(dst, src, count, s, sm, DivFloat<float>{static_cast<float>(divisor)});
-    case flagcxFloat64:
-      return runUnary<double>(dst, src, count, s, sm, DivFloat<double>{static_cast<double>(divisor)});
-    case flagcxBfloat16:
-      return runUnary<__nv_bfloat16>(dst, src, count, s, sm,
-                                     DivFloat<__nv_bfloat16>{static_cast<float>(divisor)});
-    default: return cudaErrorInvalidValue;
-  }
+  cudaError_t e;
+  if (launchMisalignedDivide(dst, src, count, dtype, divisor, s, sm, &e)) return e;
+  return forDivide(dtype, divisor, [&](auto *tag, auto f) {
+    return runUnary<std::remove_pointer_t<decltype(tag)>>(dst, src, count, s, sm, f);
+  });
 }
 
 namespace {
