@@ -86,6 +86,13 @@ class DeviceAdapter {
                                      flagcxDataType_t dtype, flagcxRedOp_t op) {
     return reduce(dst, a, b, count, dtype, op, nullptr);
   }
+  // reduceAsync writing the result to dst and dst2 (the direct allreduce of
+  // two ranks: its own output and the peer's).  Default: reduce, then copy.
+  virtual flagcxResult_t reduce2Async(void *dst, void *dst2, const void *a, const void *b,
+                                      size_t count, flagcxDataType_t dtype, flagcxRedOp_t op) {
+    flagcxResult_t r = reduceAsync(dst, a, b, count, dtype, op);
+    return r != flagcxSuccess ? r : copyAsync(dst2, dst, count * getFlagcxDataTypeSize(dtype));
+  }
   // Many copies issued as one (the P2P engine's vectors of KV-cache blocks):
   // every pointer must be memory this adapter's kernels can address (device
   // memory of the current device, or another process's mapped into it).

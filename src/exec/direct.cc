@@ -80,9 +80,7 @@ void releaseDirect(ExecState *s) {
   s->dx.outbox = nullptr;
 }
 
-namespace {
-
-flagcxResult_t importPeer(ExecState *s, const char *ref, int peer, char **out) {
+flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out) {
   DeviceAdapter *dev = s->dev;
   std::string id(ref, dev->ipcIdBytes());
   auto it = s->dx.imports.find(id);
@@ -103,8 +101,6 @@ flagcxResult_t importPeer(ExecState *s, const char *ref, int peer, char **out) {
   *out = static_cast<char *>(it->second) + dev->ipcOffset(ref);
   return flagcxSuccess;
 }
-
-}  // namespace
 
 flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                               flagcxRedOp_t op, const char *what) {
@@ -186,7 +182,7 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
     } else if (hdr[2] == 2) {
       src = reinterpret_cast<char *>(static_cast<uintptr_t>(hdr[3]));
     } else {
-      FLAGCX_CHECK(importPeer(s, c + 32, x.peer, &src));
+      FLAGCX_CHECK(directImport(s, c + 32, x.peer, &src));
     }
     if (x.reduceDst)
       FLAGCX_CHECK(dev->reduceAsync(x.reduceDst, x.reduceDst, src, x.bytes / ts, dt, op));

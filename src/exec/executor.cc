@@ -135,14 +135,13 @@ void poisonPeers(ExecState *s, flagcxResult_t res) {
 }
 
 flagcxResult_t runCollIn(ExecState *s, CollItem &c) {
-  if (s->mode != ExecMode::Host) return runCollStaged(s, c);
   if (s->small) {
     if (smallFits(s, c)) return runSmall(s, c);
     if (shmDirectFits(s, c)) return runShmDirect(s, c);
     smallPublishOrdinary(s, c);
   }
   s->ringsUsed = true;
-  return runColl(s, c);
+  return s->mode == ExecMode::Host ? runColl(s, c) : runCollStaged(s, c);
 }
 
 flagcxResult_t runP2PIn(ExecState *s, std::vector<P2PItem> &items) {

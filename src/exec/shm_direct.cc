@@ -1,5 +1,5 @@
 // Large collectives between ranks of one host, straight between the ranks'
-// buffers (issue 19's host direct mode).
+// buffers (issue 19's direct mode for host memory, and for device memory).
 //
 // Over the rings every byte of an allreduce is copied into a ring, out of it
 // and reduced: about 4.5 S of memory traffic per rank at 2 ranks for S bytes,
@@ -24,6 +24,13 @@
 // reads what another writes within a call (each piece of an output has one
 // writer, who has read every input of that piece before), so one meeting
 // before and one after suffice.
+//
+// Device memory (direct mode: every rank a CUDA rank of one host) works the
+// same way: the descriptor carries CUDA IPC references of the buffers, the
+// mappings are direct.cc's, the reductions and copies are queued on the
+// adapter's stream as whole pieces and flushed before `done`.  The ring
+// path's fixed cost there is its GPU hand-overs between the processes (a
+// synchronize per step, docs/GPU.md); this path has one.
 //
 // Reductions put the rank that owns the destination first (in place its
 // input is read before it is overwritten), then the others in rank order;
@@ -97,6 +104,11 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
     *out = reinterpret_cast<char *>(addr);
     return flagcxSuccess;
   }
+  if (s->mode == ExecMode::Direct) {  // device memory: CUDA IPC, cached by direct.cc
+    if (directImport(s, recv ? d.recvIpc : d.sendIpc, q, out) == flagcxSuccess) return flagcxSuccess;
+    INFO(kShm, "rank %d: cannot map device memory of rank %d; this call takes the rings", s->rank, q);
+    return flagcxSystemError;
+  }
   const host::ShareRef &ref = recv ? d.recv : d.send;
   std::vector<PeerMapping> &maps = s->small->maps[static_cast<size_t>(q)];
   for (PeerMapping &m : maps)
@@ -143,6 +155,12 @@ flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field fi
   });
 }
 
+// This call over the rings after all (every rank decides the same).
+flagcxResult_t fallBack(ExecState *s, CollItem &ci) {
+  s->ringsUsed = true;
+  return s->mode == ExecMode::Host ? runColl(s, ci) : runCollStaged(s, ci);
+}
+
 }  // namespace
 
 bool shmDirectFits(const ExecState *s, const CollItem &ci) {
@@ -175,16 +193,33 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
 
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-direct", bytes, a.dtype,
                               opIsRooted(a.op) ? a.root : -1);
+  const bool onDevice = s->mode == ExecMode::Direct;
+  DeviceAdapter *dev = s->dev;
   DirectDesc d{};
   d.frees = host::memFreeCount();
   d.sendAddr = reinterpret_cast<uintptr_t>(a.send);
   d.recvAddr = reinterpret_cast<uintptr_t>(a.recv);
-  if (peersTouchSend(a, me) && a.send)
-    d.sendOk = host::memShareRef(a.send, elemsIn(ci, n) * ts, &d.send);
-  if (peersTouchRecv(a, me) && a.recv)
-    d.recvOk = host::memShareRef(a.recv, elemsOut(ci, n) * ts, &d.recv);
   // In place, an alltoall would overwrite blocks its peers still read.
-  d.usable = !(a.op == OpKind::AlltoAll && a.send == a.recv);
+  bool usable = !(a.op == OpKind::AlltoAll && a.send == a.recv);
+  if (!onDevice) {
+    if (peersTouchSend(a, me) && a.send)
+      d.sendOk = host::memShareRef(a.send, elemsIn(ci, n) * ts, &d.send);
+    if (peersTouchRecv(a, me) && a.recv)
+      d.recvOk = host::memShareRef(a.recv, elemsOut(ci, n) * ts, &d.recv);
+  } else {
+    // The kernels address every buffer this rank uses: device memory only.
+    const bool usesSend = !((a.op == OpKind::Broadcast || a.op == OpKind::Scatter) && me != a.root);
+    const bool usesRecv = !((a.op == OpKind::Reduce || a.op == OpKind::Gather) && me != a.root);
+    usable = usable && (!usesSend || dev->isDeviceMemory(a.send)) &&
+             (!usesRecv || dev->isDeviceMemory(a.recv));
+    bool alone = true;  // every rank in this process: plain pointers
+    for (int r = 0; r < n; r++) alone = alone && oneProcess(s, me, r);
+    if (usable && !alone && peersTouchSend(a, me))
+      d.sendOk = dev->ipcExport(a.send, d.sendIpc) == flagcxSuccess;
+    if (usable && !alone && peersTouchRecv(a, me))
+      d.recvOk = dev->ipcExport(a.recv, d.recvIpc) == flagcxSuccess;
+  }
+  d.usable = usable;
   if (flagcxResult_t r = blockMeet(s, ci, &d, sizeof d, what); r != flagcxSuccess) return r;
   auto desc = [&](int q) -> const DirectDesc & {
     return *reinterpret_cast<const DirectDesc *>(sm->data(q, p));
@@ -199,10 +234,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     ok = dq.usable && (alone || ((!peersTouchSend(a, q) || dq.sendOk) &&
                                  (!peersTouchRecv(a, q) || dq.recvOk)));
   }
-  if (!ok) {
-    s->ringsUsed = true;
-    return runColl(s, ci);
-  }
+  if (!ok) return fallBack(s, ci);
 
   // 5. Map what this rank touches; tell the others whether it could.
   char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
@@ -229,23 +261,34 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     // The same on every rank: stop trying on this communicator.
     if (me == 0) INFO(kShm, "direct collectives off on this communicator: a rank could not map its peers' buffers");
     sm->directMin = 0;
-    s->ringsUsed = true;
-    return runColl(s, ci);
+    return fallBack(s, ci);
   }
 
   sm->directCalls++;
   // 6. The work.
   const flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
   // dst[0, count) = the reduction of src(q)[0, count) over q, `first` first.
+  // Host memory in cache-sized pieces on this thread; device memory in one
+  // piece each, queued on the adapter's stream (flushed before `done`).
+  auto reduce2 = [&](char *dst, const char *x, const char *y, size_t c) {
+    return onDevice ? dev->reduceAsync(dst, x, y, c, a.dtype, op) : hostReduce(dst, x, y, c, a.dtype, op);
+  };
+  auto copy = [&](char *dst, const char *src, size_t len, bool stream = false) -> flagcxResult_t {
+    if (dst == src || !len) return flagcxSuccess;
+    if (onDevice) return dev->copyAsync(dst, src, len);
+    if (stream) copyBytesStreaming(dst, src, len);
+    else copyBytes(dst, src, len);
+    return flagcxSuccess;
+  };
+  const size_t piece = onDevice ? SIZE_MAX : std::max<size_t>(kPiece / ts, 1);
   auto reduceInto = [&](char *dst, int first, auto src, size_t count) -> flagcxResult_t {
-    const size_t pe = std::max<size_t>(kPiece / ts, 1);
+    const size_t pe = std::min(piece, std::max<size_t>(count, 1));
     const int second = first == 0 ? 1 : 0;
     for (size_t off = 0; off < count; off += pe) {
       const size_t c = std::min(pe, count - off), bo = off * ts;
-      FLAGCX_CHECK(hostReduce(dst + bo, src(first) + bo, src(second) + bo, c, a.dtype, op));
+      FLAGCX_CHECK(reduce2(dst + bo, src(first) + bo, src(second) + bo, c));
       for (int q = 0; q < n; q++)
-        if (q != first && q != second)
-          FLAGCX_CHECK(hostReduce(dst + bo, dst + bo, src(q) + bo, c, a.dtype, op));
+        if (q != first && q != second) FLAGCX_CHECK(reduce2(dst + bo, dst + bo, src(q) + bo, c));
       if (a.redop == flagcxAvg)
         FLAGCX_CHECK(s->dev->divide(dst + bo, dst + bo, c, a.dtype, static_cast<uint64_t>(n), nullptr));
     }
@@ -256,9 +299,6 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
   const size_t per = ((a.count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + align - 1) / align * align;
   auto lo = [&](int q) { return std::min(static_cast<size_t>(q) * per, a.count); };
   auto hi = [&](int q) { return std::min(lo(q) + per, a.count); };
-  auto copy = [](char *dst, const char *src, size_t len) {
-    if (dst != src) copyBytes(dst, src, len);
-  };
   const size_t mine0 = static_cast<size_t>(me) * bytes;
   switch (a.op) {
     case OpKind::AllReduce: {
@@ -266,15 +306,21 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
       // result into every peer's output while it is still in cache.
       // Streaming stores there when the message is too large to stay in the
       // caches anyway (no read of lines the peer's core holds).
+      if (onDevice && n == 2 && a.redop != flagcxAvg) {
+        // One kernel reads both inputs once and writes both outputs.
+        const size_t o = lo(me) * ts;
+        FLAGCX_CHECK(dev->reduce2Async(recv[me] + o, recv[1 - me] + o, send[me] + o, send[1 - me] + o,
+                                       hi(me) - lo(me), a.dtype, op));
+        break;
+      }
       const bool stream = bytes >= kStreamMin;
-      const size_t pe = std::max<size_t>(kPiece / ts, 1);
+      const size_t pe = std::min(piece, std::max<size_t>(hi(me) - lo(me), 1));
       for (size_t off = lo(me); off < hi(me); off += pe) {
         const size_t c = std::min(pe, hi(me) - off), bo = off * ts;
         FLAGCX_CHECK(reduceInto(recv[me] + bo, me, [&](int q) { return send[q] + bo; }, c));
         for (int k = 1; k < n; k++) {
           int q = (me + k) % n;
-          if (stream) copyBytesStreaming(recv[q] + bo, recv[me] + bo, c * ts);
-          else copyBytes(recv[q] + bo, recv[me] + bo, c * ts);
+          FLAGCX_CHECK(copy(recv[q] + bo, recv[me] + bo, c * ts, stream));
         }
       }
       break;
@@ -290,20 +336,21 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     case OpKind::AllGather:
       for (int k = 0; k < n; k++) {
         int q = (me + k) % n;
-        copy(recv[me] + static_cast<size_t>(q) * bytes, send[q], bytes);
+        FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>(q) * bytes, send[q], bytes));
       }
       break;
-    case OpKind::Gather: copy(recv[a.root] + mine0, send[me], bytes); break;
-    case OpKind::Broadcast: copy(recv[me], send[a.root], bytes); break;
-    case OpKind::Scatter: copy(recv[me], send[a.root] + mine0, bytes); break;
+    case OpKind::Gather: FLAGCX_CHECK(copy(recv[a.root] + mine0, send[me], bytes)); break;
+    case OpKind::Broadcast: FLAGCX_CHECK(copy(recv[me], send[a.root], bytes)); break;
+    case OpKind::Scatter: FLAGCX_CHECK(copy(recv[me], send[a.root] + mine0, bytes)); break;
     case OpKind::AlltoAll:
       for (int k = 0; k < n; k++) {
         int q = (me + k) % n;
-        copy(recv[me] + static_cast<size_t>(q) * bytes, send[q] + mine0, bytes);
+        FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>(q) * bytes, send[q] + mine0, bytes));
       }
       break;
     default: return flagcxInternalError;
   }
+  if (onDevice) FLAGCX_CHECK(dev->flush());
   // 7. No peer touches this rank's buffers any more once every rank is done.
   ph->done.store(word, std::memory_order_release);
   return waitPhase(s, what, word, [](Phase *x) -> auto & { return x->done; });

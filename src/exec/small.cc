@@ -106,10 +106,12 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   // Only facts every rank shares decide whether the ranks meet below; a
   // rank's own mode does not (a communicator of CUDA and host ranks has
   // both: it once left the host ranks waiting at initialisation for a
-  // broadcast that the CUDA ranks never joined).  A rank that is not in
-  // host mode takes part and votes no.
+  // broadcast that the CUDA ranks never joined).  A rank in staged mode
+  // takes part and votes no; ranks that are all in host mode use the block
+  // for small calls and for direct calls on shareable host memory, ranks all
+  // in direct (CUDA IPC) mode only for direct calls on device memory.
   if (!sameHostShm || s->nranks < 2 || s->nranks > kMaxRanks) return flagcxSuccess;
-  const bool hostMode = s->mode == ExecMode::Host;
+  const int kind = s->mode == ExecMode::Host ? 1 : s->mode == ExecMode::Direct ? 2 : 0;
   struct Shape {
     char name[64];
     int64_t maxBytes;
@@ -128,7 +130,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     const std::string &forced = paramStr(Param::ALGO);
     for (OpKind op : kBlockOps)
       if (!namesOp(forced, opName(op))) shape.ops |= 1u << static_cast<unsigned>(op);
-    if (shape.maxBytes > 0 && hostMode) {
+    if (shape.maxBytes > 0 && kind) {
       sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
       std::random_device rd;
       snprintf(shape.name, sizeof(shape.name), "/flagcx-small-%d-%08x", static_cast<int>(getpid()), rd());
@@ -140,19 +142,20 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   sm->layout(static_cast<size_t>(shape.maxBytes), s->nranks);
   sm->ops = shape.ops;
   sm->directMin = static_cast<size_t>(shape.directMin);
-  if (s->rank != 0 && hostMode) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
-  int ok = sm->seg != nullptr;
+  if (s->rank != 0 && kind) (void)Segment::open(shape.name, sm->bytes, &sm->seg);  // failure: ok = 0 below
+  int ok = sm->seg ? kind : 0;
   if (ok) sm->base = sm->seg->base();
   std::vector<int> oks(static_cast<size_t>(s->nranks));
   oks[static_cast<size_t>(s->rank)] = ok;
   FLAGCX_CHECK(bs->allgather(oks.data(), sizeof(int)));
   if (s->rank == 0) sm->seg->unlink();  // every rank has mapped it (or failed)
   for (int v : oks)
-    if (!v) {
-      INFO(kShm, "rank %d: a rank could not map the block for small collectives, or does not "
-           "run in host mode: they take the rings", s->rank);
+    if (!v || v != oks[0]) {
+      INFO(kShm, "rank %d: a rank could not map the block for small collectives, or the ranks "
+           "do not all run in host mode (or all in direct mode): they take the rings", s->rank);
       return flagcxSuccess;
     }
+  if (kind == 2 && !sm->directMin) return flagcxSuccess;  // nothing would use it
   INFO(kShm, "rank %d: collectives up to %zu bytes per rank's share through one shared block "
        "(FLAGCX_SHM_SMALL_BYTES); from %zu bytes straight between the ranks' buffers where they "
        "are shareable (FLAGCX_SHM_DIRECT_BYTES, 0: never)", s->rank, sm->maxBytes, sm->directMin);
@@ -165,7 +168,7 @@ uint64_t smallCalls(const ExecState *s) { return s->small ? s->small->calls : 0;
 
 bool smallFits(const ExecState *s, const CollItem &ci) {
   const SmallShm *sm = s->small.get();
-  if (!sm) return false;
+  if (!sm || s->mode != ExecMode::Host) return false;
   const CollArgs &a = ci.a;
   if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u)) return false;
   if (a.op == OpKind::Barrier) return true;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "adapters/device/adapter.h"
 #include "adapters/device/host/host_memory.h"
 #include "base/backoff.h"
 #include "base/log.h"
@@ -45,13 +46,15 @@ struct PeerMapping {
 };
 
 // What a rank publishes in its slot for a direct call: its buffers, as
-// this process sees them and as a sibling process maps them.
+// this process sees them and as a sibling process maps them (host memory:
+// a memfd; device memory in direct mode: a CUDA IPC reference).
 struct DirectDesc {
   uint64_t frees;               // host::memFreeCount() now
   uint64_t sendAddr, recvAddr;  // for ranks of this process
   uint32_t sendOk, recvOk;      // whether send / recv below name the buffer
-  uint32_t usable, pad;         // 0: this rank's buffers rule the call out (in-place alltoall)
+  uint32_t usable, pad;         // 0: this rank's buffers rule the call out
   host::ShareRef send, recv;
+  char sendIpc[DeviceAdapter::kIpcRefBytes], recvIpc[DeviceAdapter::kIpcRefBytes];
 };
 
 struct SmallShm {

@@ -252,6 +252,9 @@ void releaseDirect(ExecState *s);
 flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                               flagcxRedOp_t op, const char *what);
 flagcxResult_t runP2PDirect(ExecState *s, std::vector<P2PItem> &items);
+// Peer `peer`'s device memory named by an IPC reference, mapped once per
+// allocation (cached in s->dx.imports).
+flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out);
 flagcxResult_t reserveDirect(Job *j);
 
 }  // namespace flagcx

@@ -330,6 +330,14 @@ class CudaAdapter final : public DeviceAdapter {
                     launchReduce(dst, a, b, count, dtype, op, internalStream(dev), smCount(dev)));
     return flagcxSuccess;
   }
+  flagcxResult_t reduce2Async(void *dst, void *dst2, const void *a, const void *b, size_t count,
+                              flagcxDataType_t dtype, flagcxRedOp_t op) override {
+    if (!count) return flagcxSuccess;
+    int dev = currentDevice();
+    FLAGCX_CUDA_TRY("reduce kernel launch (engine, two outputs)",
+                    launchReduce2(dst, dst2, a, b, count, dtype, op, internalStream(dev), smCount(dev)));
+    return flagcxSuccess;
+  }
   // Pieces whose ends share their offset mod 16 go, in chunks, to one copy
   // kernel (BatchRing, cuda_batch.cc); the rest one copy each.
   flagcxResult_t copyBatchAsync(const CopyPiece *pieces, size_t n) override {

@@ -56,19 +56,26 @@ __host__ __device__ constexpr int unrollFor() {
   return sizeof(V) >= 8 ? static_cast<int>(64 / sizeof(V)) : 16;
 }
 
+// dst2 (null, or at dst's offset modulo sizeof(V)) gets the result too.
 template <class T, class V, class F>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    binaryKernel(T *dst, const T *a, const T *b, Split sp, F f) {
+    binaryKernel(T *dst, T *dst2, const T *a, const T *b, Split sp, F f) {
   constexpr size_t n = sizeof(V) / sizeof(T);
   constexpr int U = unrollFor<V>();
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nth = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = tid; i < sp.head; i += nth) dst[i] = f(a[i], b[i]);
+  auto elem = [&](size_t i) {
+    T r = f(a[i], b[i]);
+    dst[i] = r;
+    if (dst2) dst2[i] = r;
+  };
+  for (size_t i = tid; i < sp.head; i += nth) elem(i);
   const size_t tail = sp.head + sp.nvec * n;
-  for (size_t i = tail + tid; i < sp.count; i += nth) dst[i] = f(a[i], b[i]);
+  for (size_t i = tail + tid; i < sp.count; i += nth) elem(i);
   const V *va = reinterpret_cast<const V *>(a + sp.head);
   const V *vb = reinterpret_cast<const V *>(b + sp.head);
   V *vd = reinterpret_cast<V *>(dst + sp.head);
+  V *vd2 = dst2 ? reinterpret_cast<V *>(dst2 + sp.head) : nullptr;
   size_t i = tid;
   for (; i + (U - 1) * nth < sp.nvec; i += U * nth) {
     V xa[U], xb[U];
@@ -78,9 +85,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       xb[u] = vb[i + u * nth];
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) vd[i + u * nth] = apply2<T>(xa[u], xb[u], f);
+    for (int u = 0; u < U; u++) {
+      V r = apply2<T>(xa[u], xb[u], f);
+      vd[i + u * nth] = r;
+      if (vd2) vd2[i + u * nth] = r;
+    }
   }
-  for (; i < sp.nvec; i += nth) vd[i] = apply2<T>(va[i], vb[i], f);
+  for (; i < sp.nvec; i += nth) {
+    V r = apply2<T>(va[i], vb[i], f);
+    vd[i] = r;
+    if (vd2) vd2[i] = r;
+  }
 }
 
 template <class T, class V, class F>
@@ -304,7 +319,7 @@ cudaError_t runBinary(void *dst, const void *a, const void *b, size_t count, cud
   return byWidth<T>(count, dst, a, b, [&](auto word, Split sp) {
     using V = decltype(word);
     binaryKernel<T, V, F><<<gridFor(sp, sizeof(V) / sizeof(T), sm), kThreads, 0, s>>>(
-        static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), sp, f);
+        static_cast<T *>(dst), nullptr, static_cast<const T *>(a), static_cast<const T *>(b), sp, f);
     return cudaGetLastError();
   });
 }
@@ -334,6 +349,27 @@ cudaError_t launchReduce(void *dst, const void *a, const void *b, size_t count,
   if (launchMisalignedReduce(dst, a, b, count, dtype, op, s, sm, &e)) return e;
   return forReduce(dtype, op, [&](auto *tag, auto f) {
     return runBinary<std::remove_pointer_t<decltype(tag)>>(dst, a, b, count, s, sm, f);
+  });
+}
+
+cudaError_t launchReduce2(void *dst, void *dst2, const void *a, const void *b, size_t count,
+                          flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t s, int sm) {
+  if (count == 0) return cudaSuccess;
+  size_t ts = getFlagcxDataTypeSize(dtype);
+  uintptr_t m = reinterpret_cast<uintptr_t>(dst) % 16;
+  if (!dst2 || reinterpret_cast<uintptr_t>(dst2) % 16 != m || reinterpret_cast<uintptr_t>(a) % 16 != m ||
+      reinterpret_cast<uintptr_t>(b) % 16 != m || ts == 0 || m % ts != 0) {
+    cudaError_t e = launchReduce(dst, a, b, count, dtype, op, s, sm);
+    if (e != cudaSuccess || !dst2) return e;
+    return cudaMemcpyAsync(dst2, dst, count * ts, cudaMemcpyDeviceToDevice, s);
+  }
+  return forReduce(dtype, op, [&](auto *tag, auto f) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    Split sp = split<T, uint4>(count, dst);
+    binaryKernel<T, uint4, decltype(f)><<<gridFor(sp, 16 / sizeof(T), sm), kThreads, 0, s>>>(
+        static_cast<T *>(dst), static_cast<T *>(dst2), static_cast<const T *>(a),
+        static_cast<const T *>(b), sp, f);
+    return cudaGetLastError();
   });
 }
 

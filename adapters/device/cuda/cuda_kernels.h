@@ -18,6 +18,12 @@ namespace flagcx::cuda {
 cudaError_t launchReduce(void *dst, const void *a, const void *b, size_t count,
                          flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t stream,
                          int smCount);
+// The same result written to dst and dst2 (neither aliasing a or b unless
+// it is dst): one pass over the operands when all four share their offset
+// modulo 16, else a reduce into dst and a copy to dst2.
+cudaError_t launchReduce2(void *dst, void *dst2, const void *a, const void *b, size_t count,
+                          flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t stream,
+                          int smCount);
 
 // dst[i] = src[i] / divisor with the host adapter's semantics (integers
 // truncate toward zero; half and bfloat16 divide in float and round).
