@@ -100,23 +100,6 @@ ncclResult_t runAll(std::vector<Deferred> &items) {
   }
   for (ncclResult_t r : res)
     if (r != ncclSuccess) return r;
-  // Ranks of one process that flagcx's engine serves on a GPU: the core
-  // cannot run them yet (docs/NCCL-DROPIN.md, "Several ranks in one
-  // process"); say so once instead of letting the first collective time out.
-  int engineRanks = 0;
-  for (Deferred &d : items) {
-    int homo = 1;
-    if (d.comm && d.comm->fc && flagcxIsHomoComm(d.comm->fc, &homo) == flagcxSuccess && !homo)
-      engineRanks++;
-  }
-  char vendor[128] = "";
-  if (engineRanks > 1 && device() && device()->getVendor(vendor) == flagcxSuccess &&
-      strcmp(vendor, "host") != 0)
-    logLine(Level::Warn,
-            "%d ranks of this process run on flagcx's engine with %s devices (ranks sharing a "
-            "GPU); the engine cannot run same-process ranks on GPUs yet: their collectives will "
-            "fail after FLAGCX_TIMEOUT (see docs/NCCL-DROPIN.md)",
-            engineRanks, vendor);
   return ncclSuccess;
 }
 
