@@ -80,6 +80,12 @@ void releaseDirect(ExecState *s) {
   s->dx.outbox = nullptr;
 }
 
+void directImportReserve(ExecState *s, size_t k) {
+  if (s->dx.imports.size() + k < kMaxImports) return;
+  for (auto &kv : s->dx.imports) s->dev->ipcRelease(kv.second);
+  s->dx.imports.clear();
+}
+
 flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out) {
   DeviceAdapter *dev = s->dev;
   std::string id(ref, dev->ipcIdBytes());

@@ -220,7 +220,8 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
       d.recvOk = dev->ipcExport(a.recv, d.recvIpc) == flagcxSuccess;
   }
   d.usable = usable;
-  if (flagcxResult_t r = blockMeet(s, ci, &d, sizeof d, what); r != flagcxSuccess) return r;
+  if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, true), &d, sizeof d, what); r != flagcxSuccess)
+    return r;
   auto desc = [&](int q) -> const DirectDesc & {
     return *reinterpret_cast<const DirectDesc *>(sm->data(q, p));
   };
@@ -239,6 +240,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
   // 5. Map what this rank touches; tell the others whether it could.
   char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
   bool mapped = true;
+  if (onDevice) directImportReserve(s, 2 * static_cast<size_t>(n));
   for (int q = 0; q < n; q++) {
     if (q == me) {
       send[q] = static_cast<char *>(const_cast<void *>(a.send));

@@ -18,11 +18,13 @@
 // (rankStride bytes each):
 //   line A  {word, tag}   published by a call that takes the ordinary path
 //   line B  {mapped, done}   phases of a direct call (shm_direct.cc)
-//   slot 0  {word, tag, data...}   calls with an even sequence number
-//   slot 1  {word, tag, data...}   odd
+//   slot 0  {word, tag, shape, data...}   calls with an even sequence number
+//   slot 1  {word, tag, shape, data...}   odd
 // word = sequence number + 1 (0: never used); tag = collTag() of the call,
 // which names op, dtype, root and count, so a peer that called something
-// else is caught at once (the same check the transports make on frames).
+// else is caught at once (the same check the transports make on frames);
+// shape = what the tag leaves out (the count's high bits, the reduction,
+// whether the call is a small or a direct one: blockShape).
 //
 // Reuse: a rank may overwrite slot p only when every peer has read what it
 // put there last time.  A peer has done so once it has published any later
@@ -239,8 +241,30 @@ void smallPublishOrdinary(ExecState *s, const CollItem &ci) {
   a->word.store(ci.seq + 1, std::memory_order_release);
 }
 
-flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, const void *src, size_t give,
-                         const char *what) {
+uint64_t blockShape(const CollArgs &a, bool direct) {
+  const uint64_t red = opReduces(a.op) ? static_cast<uint64_t>(a.redop) & 0x7f : 0x7f;
+  const uint64_t count = a.op == OpKind::Barrier ? 0 : a.count & ((1ull << 56) - 1);
+  return (direct ? 1ull << 63 : 0) | red << 56 | count;
+}
+
+namespace {
+flagcxResult_t shapeMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
+  s->smallNote = {s->curTag, s->curTag};
+  auto say = [](uint64_t x) {
+    char b[96];
+    snprintf(b, sizeof b, "count %llu, reduction %d, %s path",
+             static_cast<unsigned long long>(x & ((1ull << 56) - 1)), static_cast<int>(x >> 56 & 0x7f),
+             x >> 63 ? "direct" : "small-block");
+    return std::string(b);
+  };
+  WARN(kColl, "rank %d: mismatched calls: this rank called %s (%s), rank %d the same with %s",
+       s->rank, tagText(s->curTag).c_str(), say(mine).c_str(), peer, say(theirs).c_str());
+  return flagcxInvalidUsage;
+}
+}  // namespace
+
+flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
+                         size_t give, const char *what) {
   SmallShm *sm = s->small.get();
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
@@ -265,6 +289,7 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, const void *src, size
   Pub *mine = sm->slot(me, p);
   if (give) copyBytes(sm->data(me, p), src, give);
   mine->tag.store(tag, std::memory_order_relaxed);
+  mine->shape.store(shape, std::memory_order_relaxed);
   mine->word.store(word, std::memory_order_release);
   sm->lastUse[p] = word;
 
@@ -281,6 +306,8 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, const void *src, size
       if (w == word) {
         uint64_t t = ps->tag.load(std::memory_order_relaxed);
         if (t != tag) return blockMismatch(s, q, tag, t);
+        uint64_t x = ps->shape.load(std::memory_order_relaxed);
+        if (x != shape) return shapeMismatch(s, q, shape, x);
         arrived |= 1u << q;
         if (sm->seen[static_cast<size_t>(q)] < word) sm->seen[static_cast<size_t>(q)] = word;
         continue;
@@ -331,7 +358,9 @@ flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
                               opIsRooted(a.op) ? a.root : -1);
   sm->calls++;
-  if (flagcxResult_t r = blockMeet(s, ci, a.send, give, blockWhat(a.op)); r != flagcxSuccess) return r;
+  if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, false), a.send, give, blockWhat(a.op));
+      r != flagcxSuccess)
+    return r;
   if (!bytes) return flagcxSuccess;
 
   // 4. This rank's output from the slots (every slot is a copy: in-place

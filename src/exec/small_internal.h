@@ -21,12 +21,16 @@
 namespace flagcx {
 
 constexpr size_t kLine = 64;
-constexpr size_t kHeader = 16;  // word + tag before a slot's data
+constexpr size_t kHeader = 32;  // word, tag and shape before a slot's data
 constexpr int kMaxRanks = 16;   // one-shot: every rank reads every slot
 
 struct Pub {
   std::atomic<uint64_t> word;
   std::atomic<uint64_t> tag;
+  // What the tag leaves out: the whole count, the reduction, the path
+  // (blockShape); slots only.
+  std::atomic<uint64_t> shape;
+  uint64_t pad;
 };
 static_assert(sizeof(Pub) == kHeader);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -56,6 +60,8 @@ struct DirectDesc {
   host::ShareRef send, recv;
   char sendIpc[DeviceAdapter::kIpcRefBytes], recvIpc[DeviceAdapter::kIpcRefBytes];
 };
+
+static_assert(sizeof(DirectDesc) == 328, "FLAGCX_SHM_DIRECT_BYTES's documentation names this size");
 
 struct SmallShm {
   std::shared_ptr<Segment> seg;
@@ -112,13 +118,19 @@ static_assert(sizeof(Phase) <= kLine);
 flagcxResult_t blockMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs);
 // Everything that ends a call through the block early (small.cc).
 flagcxResult_t blockCheckPeers(ExecState *s, const char *what);
+// What a slot's tag leaves out: the tag keeps 20 bits of the count, so
+// calls that differ by a multiple of 2^20 elements, or in their reduction,
+// or that take the other path (small or direct) for the same tag, would
+// meet as equals.
+uint64_t blockShape(const CollArgs &a, bool direct);
 // Steps 1-3 of a call through the block: wait until slot (seq & 1) may be
-// reused, publish `give` bytes of `src` in it with the call's word and tag
-// (s->curTag: op, dtype, root and count, as the transports' frames carry it),
+// reused, publish `give` bytes of `src` in it with the call's word, tag
+// (s->curTag: op, dtype, root and count, as the transports' frames carry it)
+// and `shape` (blockShape),
 // and wait until every peer has published the same call there.  Then every
 // peer's slot holds its contribution (sm->data(q, seq & 1)).
-flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, const void *src, size_t give,
-                         const char *what);
+flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
+                         size_t give, const char *what);
 
 // Waits, with the engine's usual checks, until `ready()` holds: abort, a
 // peer that gave up (its error frame, seen through the Conns), a peer that

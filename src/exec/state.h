@@ -255,6 +255,9 @@ flagcxResult_t runP2PDirect(ExecState *s, std::vector<P2PItem> &items);
 // Peer `peer`'s device memory named by an IPC reference, mapped once per
 // allocation (cached in s->dx.imports).
 flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out);
+// Makes room for k more imports now (all are dropped when the cache would
+// overflow), so that none taken after it is released before it is used.
+void directImportReserve(ExecState *s, size_t k);
 flagcxResult_t reserveDirect(Job *j);
 
 }  // namespace flagcx

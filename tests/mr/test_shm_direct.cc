@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,47 @@ TEST(ShmDirect, MismatchedCountsAreCaught) {
     return 0;
   }, env, 120);
   EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+// The block's tag keeps 20 bits of the count: counts that differ by 2^20
+// elements, and a direct call against a small-block call of the same tag
+// (a broadcast of 2^20 + 16 bytes against one of 16), must still be caught.
+void expectCaught(const std::function<flagcxResult_t(int rank, flagcxComm_t, int32_t *)> &call) {
+  harness::Env env;
+  env.vars = {{"FLAGCX_TIMEOUT", "20"}};
+  auto res = harness::run(2, [&](int rank, int n, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+    flagcxDeviceHandle_t h = nullptr;
+    RANK_OK(flagcxDeviceHandleInit(&h));
+    {
+      Buf b(h, (size_t(1) << 20) + 2048, false), out(h, (size_t(1) << 20) + 2048, false);
+      flagcxResult_t r = call(rank, comm, b.p);
+      RANK_CHECK(r == flagcxInvalidUsage, "mismatched call returned %d", static_cast<int>(r));
+      std::string err = flagcxGetLastError(comm);
+      RANK_CHECK(err.find("mismatch") != std::string::npos, "error does not name a mismatch: %s", err.c_str());
+    }
+    RANK_OK(flagcxDeviceHandleFree(h));
+    flagcxCommAbort(comm);
+    return 0;
+  }, env, 120);
+  EXPECT_TRUE(res.allOk()) << res.failures();
+}
+TEST(ShmDirect, CountsThatDifferBy2To20AreCaught) {
+  expectCaught([](int rank, flagcxComm_t comm, int32_t *p) {
+    return flagcxAllReduce(p, p, rank == 0 ? (size_t(1) << 20) + 2048 : 2048, flagcxInt32, flagcxSum,
+                           comm, nullptr);
+  });
+}
+TEST(ShmDirect, DirectAgainstSmallBlockCallIsCaught) {
+  expectCaught([](int rank, flagcxComm_t comm, int32_t *p) {
+    return flagcxBroadcast(p, p, rank == 0 ? (size_t(1) << 20) + 16 : 16, flagcxInt8, 0, comm, nullptr);
+  });
+}
+TEST(ShmDirect, ReductionsThatDifferAreCaught) {
+  expectCaught([](int rank, flagcxComm_t comm, int32_t *p) {
+    return flagcxAllReduce(p, p, 40000, flagcxInt32, rank == 0 ? flagcxSum : flagcxMax, comm, nullptr);
+  });
 }
 
 // Rank 1 leaves without calling: rank 0's direct-sized allreduce fails within
