@@ -179,22 +179,22 @@ TEST(ShmDirect, BelowTheThresholdTakesTheRings) {
   run({2}, 16411, 1, -1, false, {{{"FLAGCX_SHM_DIRECT_BYTES", "1048576"}}});
 }
 
-// Rank 1 asks for more elements than rank 0 (both direct-sized): both fail
-// with flagcxInvalidUsage, naming the mismatch, well before FLAGCX_TIMEOUT.
-TEST(ShmDirect, MismatchedCountsAreCaught) {
+// Mismatched direct-sized calls: both ranks fail with flagcxInvalidUsage,
+// naming the mismatch, well before FLAGCX_TIMEOUT.
+void expectCaught(const std::function<flagcxResult_t(int rank, flagcxComm_t, int32_t *)> &call) {
   harness::Env env;
   env.vars = {{"FLAGCX_TIMEOUT", "20"}};
-  auto res = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
+  auto res = harness::run(2, [&](int rank, int n, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
     flagcxDeviceHandle_t h = nullptr;
     RANK_OK(flagcxDeviceHandleInit(&h));
     {
-      Buf in(h, 40000, false), out(h, 40000, false);
+      Buf b(h, (size_t(1) << 20) + 2048, false);
       auto t0 = std::chrono::steady_clock::now();
-      flagcxResult_t r = flagcxAllReduce(in.p, out.p, rank == 0 ? 30000 : 30016, flagcxInt32, flagcxSum, comm, nullptr);
+      flagcxResult_t r = call(rank, comm, b.p);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      RANK_CHECK(r == flagcxInvalidUsage, "mismatched allreduce returned %d", static_cast<int>(r));
+      RANK_CHECK(r == flagcxInvalidUsage, "mismatched call returned %d", static_cast<int>(r));
       RANK_CHECK(secs < 10, "took %.1f s", secs);
       std::string err = flagcxGetLastError(comm);
       RANK_CHECK(err.find("mismatch") != std::string::npos, "error does not name a mismatch: %s", err.c_str());
@@ -205,31 +205,16 @@ TEST(ShmDirect, MismatchedCountsAreCaught) {
   }, env, 120);
   EXPECT_TRUE(res.allOk()) << res.failures();
 }
-
-// The block's tag keeps 20 bits of the count: counts that differ by 2^20
-// elements, and a direct call against a small-block call of the same tag
-// (a broadcast of 2^20 + 16 bytes against one of 16), must still be caught.
-void expectCaught(const std::function<flagcxResult_t(int rank, flagcxComm_t, int32_t *)> &call) {
-  harness::Env env;
-  env.vars = {{"FLAGCX_TIMEOUT", "20"}};
-  auto res = harness::run(2, [&](int rank, int n, flagcxUniqueId *id) {
-    flagcxComm_t comm;
-    RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
-    flagcxDeviceHandle_t h = nullptr;
-    RANK_OK(flagcxDeviceHandleInit(&h));
-    {
-      Buf b(h, (size_t(1) << 20) + 2048, false), out(h, (size_t(1) << 20) + 2048, false);
-      flagcxResult_t r = call(rank, comm, b.p);
-      RANK_CHECK(r == flagcxInvalidUsage, "mismatched call returned %d", static_cast<int>(r));
-      std::string err = flagcxGetLastError(comm);
-      RANK_CHECK(err.find("mismatch") != std::string::npos, "error does not name a mismatch: %s", err.c_str());
-    }
-    RANK_OK(flagcxDeviceHandleFree(h));
-    flagcxCommAbort(comm);
-    return 0;
-  }, env, 120);
-  EXPECT_TRUE(res.allOk()) << res.failures();
+// Rank 1 asks for more elements than rank 0.
+TEST(ShmDirect, MismatchedCountsAreCaught) {
+  expectCaught([](int rank, flagcxComm_t comm, int32_t *p) {
+    return flagcxAllReduce(p, p, rank == 0 ? 30000 : 30016, flagcxInt32, flagcxSum, comm, nullptr);
+  });
 }
+// The block's tag keeps 20 bits of the count: counts that differ by 2^20
+// elements, a direct call against a small-block call of the same tag (a
+// broadcast of 2^20 + 16 bytes against one of 16), and reductions that
+// differ must still be caught.
 TEST(ShmDirect, CountsThatDifferBy2To20AreCaught) {
   expectCaught([](int rank, flagcxComm_t comm, int32_t *p) {
     return flagcxAllReduce(p, p, rank == 0 ? (size_t(1) << 20) + 2048 : 2048, flagcxInt32, flagcxSum,
