@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/comm.h"
@@ -256,6 +257,39 @@ TEST(ShmDirect, PeerThatNeverArrives) {
     return 0;
   }, env, 60);
   EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+}  // namespace
+
+namespace {
+
+// Ranks that are threads of one process reach each other's buffers by
+// address: heap buffers take the direct path too (nothing to map).
+TEST(ShmDirect, RanksOfOneProcessUseHeapBuffers) {
+  constexpr int n = 3;
+  flagcxUniqueId id;
+  ASSERT_EQ(flagcxGetUniqueId(&id), flagcxSuccess);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> th;
+  for (int rank = 0; rank < n; rank++)
+    th.emplace_back([&, rank] {
+      auto fail = [&](const char *what) { errors[rank] = what; };
+      flagcxComm_t comm = nullptr;
+      if (flagcxCommInitRank(&comm, n, &id, rank) != flagcxSuccess) return fail("init");
+      const size_t c = 20011;
+      std::vector<int32_t> in(c), out(c, -1);
+      for (int round = 0; round < 5 && errors[rank].empty(); round++) {
+        for (size_t i = 0; i < c; i++) in[i] = static_cast<int32_t>(rank * 7 + i % 13 + round);
+        if (flagcxAllReduce(in.data(), out.data(), c, flagcxInt32, flagcxSum, comm, nullptr) != flagcxSuccess)
+          fail("allreduce");
+        for (size_t i = 0; i < c && errors[rank].empty(); i++)
+          if (out[i] != static_cast<int32_t>(7 * (n * (n - 1) / 2) + n * (i % 13 + round))) fail("wrong result");
+      }
+      if (errors[rank].empty() && comm->exec->shmDirectCalls() != 5) fail("not on the direct path");
+      if (flagcxCommDestroy(comm) != flagcxSuccess && errors[rank].empty()) fail("destroy");
+    });
+  for (auto &t : th) t.join();
+  for (int r = 0; r < n; r++) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 }  // namespace
