@@ -42,7 +42,7 @@ X(SHM_SMALL_BYTES, Int, "4096", "collectives whose contribution per rank is at m
 XCHECK(SHM_SMALL_BYTES, "0..1048576")
 X(SHM_BUFFER_SIZE, Int, "4194304", "bytes of each shared-memory ring (one per direction and peer)")
 XCHECK(SHM_BUFFER_SIZE, "65536..1073741824")
-X(SHM_DIRECT_BYTES, Int, "8192", "one host, 2-16 ranks: a collective (not alltoallv) moving at least this many bytes per rank reads and writes the peers' buffers in place when every buffer a peer touches is shareable (deviceMalloc / flagcxMemAlloc memory), else takes the rings (0: never; needs the shared block: FLAGCX_SHM_SMALL_BYTES >= 328)")
+X(SHM_DIRECT_BYTES, Int, "8192", "one host, 2-16 ranks: a collective (not alltoallv) moving at least this many bytes per rank reads and writes the peers' buffers in place when every buffer a peer touches is shareable (host ranks: deviceMalloc / flagcxMemAlloc memory; CUDA ranks in direct mode: device memory), else takes the rings (0: never; needs the shared block: FLAGCX_SHM_SMALL_BYTES >= 328)")
 XCHECK(SHM_DIRECT_BYTES, "0..")
 X(SHM_STREAM_BYTES, Int, "0", "shm: a send of at least this many bytes is written into the ring with non-temporal stores (0, the default: never; an experiment, docs/PERFORMANCE.md session 10)")
 XCHECK(SHM_STREAM_BYTES, "0..")
