@@ -38,8 +38,6 @@
 // others, so every rank gets the same bits.  Mappings of a peer's
 // allocation stay until the peer reports a free (host::memFreeCount moved)
 // and this call does not use them, or the communicator ends.
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <string>
@@ -165,15 +163,10 @@ flagcxResult_t fallBack(ExecState *s, CollItem &ci) {
 
 bool shmDirectFits(const ExecState *s, const CollItem &ci) {
   const SmallShm *sm = s->small.get();
-  if (!sm || !sm->directMin) return false;
-  const CollArgs &a = ci.a;
-  if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u) || a.op == OpKind::Barrier) return false;
-  if (a.count == 0) return false;
-  if (opReduces(a.op) && (a.redop < flagcxSum || a.redop > flagcxAvg)) return false;
-  if (opIsRooted(a.op) && (a.root < 0 || a.root >= s->nranks)) return false;
-  size_t ts = dtypeSize(a.dtype);
+  if (!sm || !sm->directMin || !blockCarries(s, ci.a)) return false;
+  size_t ts = dtypeSize(ci.a.dtype);
   size_t most = std::max(elemsIn(ci, s->nranks), elemsOut(ci, s->nranks));
-  return ts != 0 && most <= SIZE_MAX / ts && most * ts >= sm->directMin;
+  return most <= SIZE_MAX / ts && most * ts >= sm->directMin;
 }
 
 uint64_t shmDirectCalls(const ExecState *s) { return s->small ? s->small->directCalls : 0; }
@@ -212,11 +205,10 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     const bool usesRecv = !((a.op == OpKind::Reduce || a.op == OpKind::Gather) && me != a.root);
     usable = usable && (!usesSend || dev->isDeviceMemory(a.send)) &&
              (!usesRecv || dev->isDeviceMemory(a.recv));
-    bool alone = true;  // every rank in this process: plain pointers
-    for (int r = 0; r < n; r++) alone = alone && oneProcess(s, me, r);
-    if (usable && !alone && peersTouchSend(a, me))
+    // (Ranks all in this process reach the buffers by address.)
+    if (usable && !sm->oneProcess && peersTouchSend(a, me))
       d.sendOk = dev->ipcExport(a.send, d.sendIpc) == flagcxSuccess;
-    if (usable && !alone && peersTouchRecv(a, me))
+    if (usable && !sm->oneProcess && peersTouchRecv(a, me))
       d.recvOk = dev->ipcExport(a.recv, d.recvIpc) == flagcxSuccess;
   }
   d.usable = usable;
@@ -230,10 +222,8 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
   bool ok = true;
   for (int q = 0; q < n && ok; q++) {
     const DirectDesc &dq = desc(q);
-    bool alone = true;  // no rank of another process touches q's buffers
-    for (int r = 0; r < n; r++) alone = alone && oneProcess(s, q, r);
-    ok = dq.usable && (alone || ((!peersTouchSend(a, q) || dq.sendOk) &&
-                                 (!peersTouchRecv(a, q) || dq.recvOk)));
+    ok = dq.usable && (sm->oneProcess || ((!peersTouchSend(a, q) || dq.sendOk) &&
+                                          (!peersTouchRecv(a, q) || dq.recvOk)));
   }
   if (!ok) return fallBack(s, ci);
 

@@ -151,6 +151,9 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   oks[static_cast<size_t>(s->rank)] = ok;
   FLAGCX_CHECK(bs->allgather(oks.data(), sizeof(int)));
   if (s->rank == 0) sm->seg->unlink();  // every rank has mapped it (or failed)
+  const auto &peers = bs->peers();
+  for (const PeerInfo &pi : peers)
+    sm->oneProcess = sm->oneProcess && pi.pid == peers[0].pid && pi.hostHash == peers[0].hostHash;
   for (int v : oks)
     if (!v || v != oks[0]) {
       INFO(kShm, "rank %d: a rank could not map the block for small collectives, or the ranks "
@@ -168,17 +171,21 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
 size_t smallMaxBytes(const ExecState *s) { return s->small ? s->small->maxBytes : 0; }
 uint64_t smallCalls(const ExecState *s) { return s->small ? s->small->calls : 0; }
 
+bool blockCarries(const ExecState *s, const CollArgs &a) {
+  const SmallShm *sm = s->small.get();
+  if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u) || a.op == OpKind::Barrier) return false;
+  if (a.count == 0 || dtypeSize(a.dtype) == 0) return false;
+  if (opReduces(a.op) && (a.redop < flagcxSum || a.redop > flagcxAvg)) return false;
+  return !opIsRooted(a.op) || (a.root >= 0 && a.root < s->nranks);
+}
+
 bool smallFits(const ExecState *s, const CollItem &ci) {
   const SmallShm *sm = s->small.get();
   if (!sm || s->mode != ExecMode::Host) return false;
   const CollArgs &a = ci.a;
-  if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u)) return false;
-  if (a.op == OpKind::Barrier) return true;
-  if (a.count == 0) return false;
-  if (opReduces(a.op) && (a.redop < flagcxSum || a.redop > flagcxAvg)) return false;
-  if (opIsRooted(a.op) && (a.root < 0 || a.root >= s->nranks)) return false;
-  size_t ts = dtypeSize(a.dtype);
-  return ts != 0 && a.count <= sm->maxBytes / ts && slotNeed(a, s->nranks) <= sm->maxBytes;
+  if (a.op == OpKind::Barrier) return sm->ops >> static_cast<unsigned>(a.op) & 1u;
+  if (!blockCarries(s, a)) return false;
+  return a.count <= sm->maxBytes / dtypeSize(a.dtype) && slotNeed(a, s->nranks) <= sm->maxBytes;
 }
 
 namespace {

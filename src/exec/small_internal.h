@@ -74,8 +74,9 @@ struct SmallShm {
   uint64_t lastUse[2] = {0, 0};  // word of this rank's last call on each slot
   uint64_t calls = 0;            // calls this rank ran here (tests)
   std::vector<uint64_t> seen;    // [peer]: newest word seen from it
+  bool oneProcess = true;  // every rank in this process (buffers reached by address)
   // Direct calls (shm_direct.cc): the smallest contribution that takes them
-  // (0: never), the ops that may, and what they keep.
+  // (0: never), and what they keep.
   size_t directMin = 0;
   uint64_t directCalls = 0;                    // calls done that way (tests)
   std::vector<std::vector<PeerMapping>> maps;  // [peer]
@@ -113,6 +114,10 @@ struct SmallShm {
 };
 static_assert(sizeof(Phase) <= kLine);
 
+// Whether a collective of this shape may go through the block at all (an
+// op it carries, not a barrier, a count, a known reduction, a valid root);
+// smallFits and shmDirectFits add their sizes.
+bool blockCarries(const ExecState *s, const CollArgs &a);
 // Logs a mismatch with `peer` (theirs 0: it has gone past this call) and
 // returns flagcxInvalidUsage.
 flagcxResult_t blockMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs);
