@@ -149,8 +149,20 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     out.base = work(s->bufOutAlt, s->dOutAlt, outBytes);
   if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
     in.base = work(s->bufInAlt, s->dInAlt, inBytes);
-  // Schedules assume distinct input and output: snapshot an overlapping input.
-  if (in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
+  // Schedules assume distinct input and output: snapshot an overlapping
+  // input -- except at the root of an in-place broadcast whose steps write
+  // the output only by copying input chunk c onto output chunk c: there both
+  // hold the same bytes from start to end, and those copies are no-ops
+  // (torch's broadcast is in place).
+  bool sameBytes = a.op == OpKind::Broadcast && isRoot && in.base == out.base &&
+                   inBytes == outBytes && in.nchunks == out.nchunks &&
+                   std::all_of(rs.steps.begin(), rs.steps.end(), [](const Step &st) {
+                     bool writesOut = st.kind != StepKind::Send && st.dst.buf == BufKind::Output;
+                     return !writesOut || (st.kind == StepKind::Copy &&
+                                           st.src.buf == BufKind::Input &&
+                                           st.src.chunk == st.dst.chunk);
+                   });
+  if (!sameBytes && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
     char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
     if (copy) FLAGCX_CHECK(localCopy(s, copy, in.base, inBytes));
