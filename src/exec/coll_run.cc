@@ -14,6 +14,7 @@
 #include "exec/state.h"
 #include "net/tags.h"
 #include "sched/algo_set.h"
+#include "sched/in_place.h"
 #include "sched/ir_names.h"
 
 namespace flagcx {
@@ -150,18 +151,14 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
     in.base = work(s->bufInAlt, s->dInAlt, inBytes);
   // Schedules assume distinct input and output: snapshot an overlapping
-  // input -- except at the root of an in-place broadcast whose steps write
-  // the output only by copying input chunk c onto output chunk c: there both
-  // hold the same bytes from start to end, and those copies are no-ops
-  // (torch's broadcast is in place).
-  bool sameBytes = a.op == OpKind::Broadcast && isRoot && in.base == out.base &&
-                   inBytes == outBytes && in.nchunks == out.nchunks &&
-                   std::all_of(rs.steps.begin(), rs.steps.end(), [](const Step &st) {
-                     bool writesOut = st.kind != StepKind::Send && st.dst.buf == BufKind::Output;
-                     return !writesOut || (st.kind == StepKind::Copy &&
-                                           st.src.buf == BufKind::Input &&
-                                           st.src.chunk == st.dst.chunk);
-                   });
+  // input -- unless the call is in place chunk for chunk and this rank's
+  // steps never read an input chunk once its output chunk may have changed
+  // (inPlaceNeedsNoCopy): then the input is intact whenever it is read.
+  // torch's broadcast and allreduce are in place.
+  // Host buffers only: device steps are queued, and this was not run on a GPU.
+  bool sameBytes = !direct && in.base == out.base && inBytes == outBytes &&
+                   in.nchunks == out.nchunks &&
+                   !in.vcounts && inPlaceNeedsNoCopy(rs, in.nchunks);
   if (!sameBytes && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
     char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
