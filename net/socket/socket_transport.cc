@@ -8,7 +8,11 @@
 // core the peer rank needs, and on loopback one flow already saturates the
 // memory copies; several lanes still pay off on real NICs where a single TCP
 // flow is window- or core-limited.  SOCKET_NTHREADS therefore only scales
-// the number of connections for now.
+// the number of connections for now.  Measured in session 14 (blocking
+// send/receive helpers per connection, the engine sleeping in poll()):
+// 0.6-0.8x of this polling design on 2 cores; the prototype is
+// docs/perf-data/session14-host/socket-helpers.patch, for a host with
+// spare cores (docs/PERFORMANCE.md "Session 14").
 //
 // Set-up: each rank listens on findLocalAddress() (FLAGCX_SOCKET_IFNAME /
 // FAMILY) port 0 and sends its address to each peer through the bootstrap.
