@@ -14,7 +14,6 @@
 #include "exec/state.h"
 #include "net/tags.h"
 #include "sched/algo_set.h"
-#include "sched/in_place.h"
 #include "sched/ir_names.h"
 
 namespace flagcx {
@@ -153,12 +152,13 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   // Schedules assume distinct input and output: snapshot an overlapping
   // input -- unless the call is in place chunk for chunk and this rank's
   // steps never read an input chunk once its output chunk may have changed
-  // (inPlaceNeedsNoCopy): then the input is intact whenever it is read.
+  // (rs.inPlaceNoCopy, found when the schedule was compiled): then the
+  // input is intact whenever it is read.
   // torch's broadcast and allreduce are in place.
   // Host buffers only: device steps are queued, and this was not run on a GPU.
   bool sameBytes = !direct && in.base == out.base && inBytes == outBytes &&
                    in.nchunks == out.nchunks &&
-                   !in.vcounts && inPlaceNeedsNoCopy(rs, in.nchunks);
+                   !in.vcounts && rs.inPlaceNoCopy;
   if (!sameBytes && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
     char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));

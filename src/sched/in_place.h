@@ -1,4 +1,5 @@
-// In-place calls without a copy of the input (used by exec/coll_run.cc).
+// In-place calls without a copy of the input (sched/script.cc records the
+// answer in RankSchedule::inPlaceNoCopy; exec/coll_run.cc uses it).
 #pragma once
 #include <algorithm>
 #include <climits>

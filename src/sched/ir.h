@@ -56,6 +56,10 @@ struct Step {
 struct RankSchedule {
   std::vector<Step> steps;  // sorted by stage, then in script order
   int32_t nstages = 0;
+  // An in-place call (input and output the same bytes, chunk for chunk) may
+  // run on the one buffer without copying the input aside (sched/in_place.h;
+  // set when the schedule is compiled).
+  bool inPlaceNoCopy = false;
 };
 
 struct Schedule {

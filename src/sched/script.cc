@@ -16,6 +16,7 @@ extern "C" {
 }
 
 #include "base/log.h"
+#include "sched/in_place.h"
 #include "sched/ir_names.h"
 
 namespace flagcx {
@@ -507,6 +508,8 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
       return false;
     }
     if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i]);
+    out->ranks[i].inPlaceNoCopy = inPlaceNeedsNoCopy(
+        out->ranks[i], bufChunks(op_, BufKind::Input, nchunks, t.nranks));
   }
   if (count > 1) lua_gc(L_, LUA_GCCOLLECT, 0);
   return true;
