@@ -56,6 +56,7 @@ struct Options {
   int targetMs = 50;     // -T: and enough calls to last about this long
   int repeat = 1;        // --repeat: timed repetitions per point (median and spread)
   bool print = false, check = true, mpi = false;
+  bool inPlace = false;  // -I 1
   int root = -1;  // -1: every root in turn
   uint64_t splitMask = 0;  // -s: ranks r and q share a communicator iff r & mask == q & mask
   int registerMode = 0;    // -R 1: flagcxMemAlloc + flagcxCommRegister buffers
@@ -105,6 +106,17 @@ struct Bench {
   bool printer() const { return rank == 0 && color == 0; }
 };
 
+// -I 1 (the layout of nccl-tests and MPI_IN_PLACE): allreduce, broadcast,
+// reduce and alltoall get one buffer as both; allgather and gather send from
+// this rank's block of the receive buffer; reducescatter and scatter receive
+// into this rank's block of the send buffer.
+bool hasInPlace(Op op);
+bool recvInsideSend(Op op);
+// The buffers a call gets, from the bases `send` and `recv` (the device
+// buffers, or their host mirrors): the bases themselves out of place.
+void callBuffers(const Bench &b, const Layout &l, size_t ts, void *send, void *recv, void **s,
+                 void **r);
+
 [[noreturn]] void fail(Bench &b, const char *what, flagcxResult_t r);
 
 // Fresh inputs: this rank's values in the send buffer (and a saved copy),
@@ -123,7 +135,7 @@ void printExcerpt(Bench &b, const Layout &l, flagcxDataType_t dt);
 flagcxResult_t callFlagcx(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop,
                           int root);
 // Whether MPI can run the same call (*why says why not), and the call.
-bool mpiCan(const Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red,
+bool mpiCan(const Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root,
             const char **why);
 void callMpi(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root);
 

@@ -134,7 +134,7 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
     if ((res = b.dev->streamSynchronize(b.stream)) != flagcxSuccess) fail(b, "streamSynchronize", res);
   };
   const char *why = "";
-  bool withMpi = b.opt.mpi && mpiCan(b, l, t, red, &why);
+  bool withMpi = b.opt.mpi && mpiCan(b, l, t, red, root, &why);
   auto mpiOne = [&] { callMpi(b, l, t, red, root); };
   auto nothing = [] {};
   size_t problems = 0;
@@ -146,17 +146,29 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
   int calls = warmUp(b, flagcxOne, flagcxDone), mpiCalls = withMpi ? warmUp(b, mpiOne, nothing) : 0;
   Stats fx, mpi;
   for (int rep = 0; rep < b.opt.repeat; rep++) {
-    // Every timed run writes over the sentinel, and its last call's result is checked.
-    if (b.opt.check) resetRecv(b, l, t.dt);
+    // Every timed run writes over the sentinel, and its last call's result is
+    // checked.  In place each call works on the previous one's result, so
+    // fresh inputs and one more call are checked instead.
+    if (b.opt.check && !b.opt.inPlace) resetRecv(b, l, t.dt);
     fx.runs.push_back(timeCalls(b, calls, flagcxOne, flagcxDone));
+    if (b.opt.check && b.opt.inPlace) {
+      fillInputs(b, l, t.dt, red.op);
+      flagcxOne();
+      flagcxDone();
+    }
     if (b.opt.check)
-      problems += verify(b, l, t, red, root, rep + 1 == b.opt.repeat ? "last timed run" : "timed run");
+      problems += verify(b, l, t, red, root,
+                         b.opt.inPlace ? "a call after a timed run"
+                         : rep + 1 == b.opt.repeat ? "last timed run" : "timed run");
     if (withMpi) mpi.runs.push_back(timeCalls(b, mpiCalls, mpiOne, nothing));
   }
   unsigned long long mine = problems, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, b.mpiComm);
   b.totalWrong += static_cast<size_t>(all);
   if (!b.printer()) return;
+  static std::set<std::string> whyShown;
+  if (b.opt.mpi && !withMpi && whyShown.insert(why).second)
+    printf("# no MPI baseline (-) where: %s\n", why);
 
   double factor = b.op->busFactor(b.nranks), time = fx.median(), mpiTime = mpi.median();
   double algbw = time > 0 ? static_cast<double>(l.bytes) / time / 1e9 : 0, busbw = algbw * factor;
@@ -188,11 +200,11 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
             "{\"op\":\"%s\",\"dtype\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"nranks\":%d,"
             "\"bytes\":%zu,\"count\":%zu,\"algo\":\"%s\",\"repeat\":%d,\"iters\":%d,"
             "\"time_us\":%.3f,\"time_min_us\":%.3f,\"time_max_us\":%.3f,\"algbw\":%.4f,"
-            "\"busbw\":%.4f,\"wrong\":%llu,\"transport\":\"%s\",\"hosts\":%d",
+            "\"busbw\":%.4f,\"wrong\":%llu,\"transport\":\"%s\",\"hosts\":%d,\"in_place\":%s",
             b.op->name, t.name, b.op->reduces ? red.name : "none", b.op->rooted ? root : -1,
             b.nranks, l.bytes, l.bytes / getFlagcxDataTypeSize(t.dt), b.algoName.c_str(),
             b.opt.repeat, calls, time * 1e6, fx.lo() * 1e6, fx.hi() * 1e6, algbw, busbw,
-            b.opt.check ? all : 0ull, b.transport.c_str(), b.nhosts);
+            b.opt.check ? all : 0ull, b.transport.c_str(), b.nhosts, b.opt.inPlace ? "true" : "false");
     if (b.opt.mpi) {
       if (withMpi)
         fprintf(b.json, ",\"mpi_iters\":%d,\"mpi_time_us\":%.3f,\"mpi_time_min_us\":%.3f,"
@@ -237,6 +249,12 @@ void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char
            static_cast<unsigned long long>(b.opt.splitMask), b.ngroups, b.nranks);
   if (b.opt.registerMode)
     printf("# buffers: flagcxMemAlloc, registered with flagcxCommRegister (-R 1)\n");
+  if (b.opt.inPlace)
+    printf("# in place (-I 1): %s; MPI gets MPI_IN_PLACE\n",
+           recvInsideSend(b.op->op) ? "the receive block is this rank's block of the send buffer"
+           : b.op->blocked && b.op->op != Op::AlltoAll
+               ? "the send block is this rank's block of the receive buffer"
+               : "one buffer is both send and receive buffer");
   printf("# sizes %zu..%zu x%zu; a cold pass over every size first; per point warm-up >= %d calls "
          "and >= %d ms, then %d timed run(s) of >= %d calls and ~%d ms; check %s; MPI baseline %s\n",
          b.opt.minBytes, b.opt.maxBytes, b.opt.factor, b.opt.warmup, b.opt.warmupMs, b.opt.repeat,
@@ -367,7 +385,7 @@ void coldPass(Bench &b, const std::vector<size_t> &sizes, const TypeInfo &t, con
     if (res == flagcxSuccess) res = b.dev->streamSynchronize(b.stream);
     if (res != flagcxSuccess) fail(b, b.op->name, res);
     const char *why = "";
-    if (b.opt.mpi && mpiCan(b, l, t, red, &why)) callMpi(b, l, t, red, root);
+    if (b.opt.mpi && mpiCan(b, l, t, red, root, &why)) callMpi(b, l, t, red, root);
   }
 }
 
@@ -391,6 +409,10 @@ int run(const char *opName, int argc, char **argv) {
     // Before MPI_Init: a bad command line never starts MPI.
     fprintf(stderr, "%s: %s\n", prog, err.c_str());
     usage(stderr, prog);
+    return 2;
+  }
+  if (opt.inPlace && !hasInPlace(op->op)) {
+    fprintf(stderr, "%s: -I 1: %s has no in-place form here\n", prog, op->name);
     return 2;
   }
   if (!opt.algo.empty()) {

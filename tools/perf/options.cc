@@ -85,6 +85,10 @@ void usage(FILE *f, const char *prog) {
           "  -o OP      sum prod max min avg, or all (default sum; a comma list works too)\n"
           "  -c 0|1     check every element of the results, default 1\n"
           "  -m 0|1     also time MPI's own collective on the same buffers, default 0\n"
+          "  -I 0|1     1: in place, one buffer holds input and result (nccl-tests' layout:\n"
+          "             the send block at this rank's place in the receive buffer, or the\n"
+          "             receive block in the send buffer; MPI gets MPI_IN_PLACE); every op\n"
+          "             but alltoallv and sendrecv; default 0\n"
           "  -a NAME    force the algorithm (FLAGCX_ALGO=<op>:NAME; flagcx-algo list shows names)\n"
           "  -s MASK    split mask (FlagCX's): ranks r and q share a communicator when\n"
           "             r & MASK == q & MASK; octal, decimal or 0x hex; default 0\n"
@@ -98,7 +102,9 @@ void usage(FILE *f, const char *prog) {
           "timing, one untimed call of every size (both sides); each point then warms up\n"
           "(-w, -W) and times --repeat runs (-n, -T), flagcx and the MPI baseline alike.\n"
           "The results of the first call and of every timed run are checked: every\n"
-          "element, the guard bytes after the receive buffer, the send buffer unchanged.\n",
+          "element, the guard bytes after the receive buffer, the send buffer unchanged.\n"
+          "In place, timed calls run on their predecessors' results (a sum grows), so\n"
+          "after each timed run the inputs are written again and one more call is checked.\n",
           prog);
 }
 
@@ -169,7 +175,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
   static const option kLong[] = {{"repeat", required_argument, nullptr, 'N'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
-  while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:I:h", kLong, nullptr)) != -1) {
     bool ok = true;
     switch (c) {
       case 'b': ok = parseBytes(optarg, &o->minBytes); break;
@@ -204,6 +210,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
       case 'p': ok = parseInt(optarg, 0, 1, &v); o->print = v; break;
       case 'c': ok = parseInt(optarg, 0, 1, &v); o->check = v; break;
       case 'm': ok = parseInt(optarg, 0, 1, &v); o->mpi = v; break;
+      case 'I': ok = parseInt(optarg, 0, 1, &v); o->inPlace = v; break;
       case 'r': ok = parseInt(optarg, -1, INT_MAX, &v); o->root = static_cast<int>(v); break;
       case 'd':
         ok = parseList(optarg, kTypes, [](std::string s) {

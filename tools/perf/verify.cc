@@ -76,12 +76,12 @@ void toDevice(Bench &b, void *d, const void *h, size_t bytes, const char *what) 
 }
 
 // Wrong elements of this rank's result.
+// `out` is where the call's receive buffer lies in the host mirrors.
 size_t checkResult(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop, int root,
-                   size_t *firstBad) {
+                   const char *out, size_t *firstBad) {
   size_t ts = getFlagcxDataTypeSize(dt), n = static_cast<size_t>(b.nranks);
   size_t r = static_cast<size_t>(b.rank), B = l.count;
   double tol = tolerance(dt), table[kKeys];
-  char *out = static_cast<char *>(b.hrecv);
   *firstBad = SIZE_MAX;
   auto check = [&](size_t off, size_t len, size_t idx0) {
     size_t bad = SIZE_MAX;
@@ -140,11 +140,51 @@ size_t checkResult(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t
   return wrong;
 }
 
+// The buffer that holds the results and the guard bytes after them: the
+// receive buffer, or in place the send buffer that holds the receive block.
+struct Held {
+  void *dev;
+  char *host;
+  size_t bytes;  // before the guard
+};
+Held resultsHeld(const Bench &b, const Layout &l, size_t ts) {
+  if (b.opt.inPlace && recvInsideSend(b.op->op))
+    return {b.send, static_cast<char *>(b.hsend), l.sendElems * ts};
+  return {b.recv, static_cast<char *>(b.hrecv), l.recvElems * ts};
+}
+// Where the call's receive buffer lies in the host mirrors.
+char *resultHost(const Bench &b, const Layout &l, size_t ts) {
+  void *s, *r;
+  callBuffers(b, l, ts, b.hsend, b.hrecv, &s, &r);
+  return static_cast<char *>(r);
+}
+
+void putGuard(char *end) {
+  unsigned char *p = reinterpret_cast<unsigned char *>(end);
+  for (size_t k = 0; k < kGuardBytes; k++) p[k] = guardByte(k);
+}
+
+// In place: the input goes where the call reads it, inside the buffer that
+// also receives; the rest of a receive buffer gets the sentinel.  There is
+// no separate send buffer to keep unchanged.
+void fillInPlace(Bench &b, const Layout &l, flagcxDataType_t dt, const double *table) {
+  size_t ts = getFlagcxDataTypeSize(dt);
+  Held h = resultsHeld(b, l, ts);
+  void *s, *r;
+  callBuffers(b, l, ts, b.hsend, b.hrecv, &s, &r);
+  if (!recvInsideSend(b.op->op)) memset(h.host, 0xEE, h.bytes);
+  dispatch<Fill>(dt, s, l.sendElems, size_t{0}, table);
+  putGuard(h.host + h.bytes);
+  b.sentCopy.clear();
+  toDevice(b, h.dev, h.host, h.bytes + kGuardBytes, "deviceMemcpy (inputs, in place)");
+}
+
 }  // namespace
 
 void fillInputs(Bench &b, const Layout &l, flagcxDataType_t dt, flagcxRedOp_t rop) {
   double table[kKeys];
   sourceTable(b.rank, dt, rop, table);
+  if (b.opt.inPlace) return fillInPlace(b, l, dt, static_cast<const double *>(table));
   size_t ts = getFlagcxDataTypeSize(dt);
   dispatch<Fill>(dt, b.hsend, l.sendElems, size_t{0}, static_cast<const double *>(table));
   const char *s = static_cast<const char *>(b.hsend);
@@ -157,19 +197,20 @@ void resetRecv(Bench &b, const Layout &l, flagcxDataType_t dt) {
   size_t n = l.recvElems * getFlagcxDataTypeSize(dt);
   unsigned char *p = static_cast<unsigned char *>(b.hrecv);
   memset(p, 0xEE, n);
-  for (size_t k = 0; k < kGuardBytes; k++) p[n + k] = guardByte(k);
+  putGuard(reinterpret_cast<char *>(p + n));
   toDevice(b, b.recv, b.hrecv, n + kGuardBytes, "deviceMemcpy (receive buffer)");
 }
 
 size_t verify(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root,
               const char *when) {
-  size_t ts = getFlagcxDataTypeSize(t.dt), n = l.recvElems * ts;
-  fromDevice(b, b.hrecv, b.recv, n + kGuardBytes, "deviceMemcpy (results)");
+  size_t ts = getFlagcxDataTypeSize(t.dt);
+  Held h = resultsHeld(b, l, ts);
+  fromDevice(b, h.host, h.dev, h.bytes + kGuardBytes, "deviceMemcpy (results)");
+  char *out = resultHost(b, l, ts);
   // PERF_CORRUPT=1 spoils one result element on rank 0: proves the check sees it.
-  if (b.rank == 0 && l.recvElems && getenv("PERF_CORRUPT"))
-    static_cast<unsigned char *>(b.hrecv)[ts - 1] ^= 0x40;
+  if (b.rank == 0 && l.recvElems && getenv("PERF_CORRUPT")) out[ts - 1] ^= 0x40;
   size_t problems = 0, firstBad = SIZE_MAX;
-  size_t wrong = checkResult(b, l, t.dt, red.op, root, &firstBad);
+  size_t wrong = checkResult(b, l, t.dt, red.op, root, out, &firstBad);
   char where[160];
   snprintf(where, sizeof(where), "%s %s %s root %d, %zu bytes, %s", b.op->name, t.name,
            b.op->reduces ? red.name : "none", root, l.bytes, when);
@@ -177,11 +218,11 @@ size_t verify(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, 
     fprintf(stderr, "rank %d: %s: %zu wrong element(s), the first at element %zu\n", b.rank,
             where, wrong, firstBad);
   problems += wrong;
-  const unsigned char *g = static_cast<const unsigned char *>(b.hrecv) + n;
+  const unsigned char *g = reinterpret_cast<const unsigned char *>(h.host + h.bytes);
   for (size_t k = 0; k < kGuardBytes; k++)
     if (g[k] != guardByte(k)) {
-      fprintf(stderr, "rank %d: %s: wrote past the receive buffer (guard byte %zu of %zu changed)\n",
-              b.rank, where, k, kGuardBytes);
+      fprintf(stderr, "rank %d: %s: wrote past the %s buffer (guard byte %zu of %zu changed)\n",
+              b.rank, where, h.dev == b.send ? "send" : "receive", k, kGuardBytes);
       problems++;
       break;
     }
@@ -204,21 +245,22 @@ size_t verify(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, 
 
 void printExcerpt(Bench &b, const Layout &l, flagcxDataType_t dt) {
   if (b.rank != 0) return;
+  const void *out = resultHost(b, l, getFlagcxDataTypeSize(dt));
   size_t shown = std::min<size_t>(l.recvElems, 8);
   printf("#   rank 0 recvbuff[0..%zu):", shown);
   double v;
   for (size_t i = 0; i < shown; i++) {
     switch (dt) {
-      case flagcxInt8: v = static_cast<int8_t *>(b.hrecv)[i]; break;
-      case flagcxUint8: v = static_cast<uint8_t *>(b.hrecv)[i]; break;
-      case flagcxInt32: v = static_cast<int32_t *>(b.hrecv)[i]; break;
-      case flagcxUint32: v = static_cast<uint32_t *>(b.hrecv)[i]; break;
-      case flagcxInt64: v = static_cast<double>(static_cast<int64_t *>(b.hrecv)[i]); break;
-      case flagcxUint64: v = static_cast<double>(static_cast<uint64_t *>(b.hrecv)[i]); break;
-      case flagcxFloat16: v = halfBitsToFloat(static_cast<uint16_t *>(b.hrecv)[i]); break;
-      case flagcxBfloat16: v = bf16BitsToFloat(static_cast<uint16_t *>(b.hrecv)[i]); break;
-      case flagcxFloat64: v = static_cast<double *>(b.hrecv)[i]; break;
-      default: v = static_cast<float *>(b.hrecv)[i]; break;
+      case flagcxInt8: v = static_cast<const int8_t *>(out)[i]; break;
+      case flagcxUint8: v = static_cast<const uint8_t *>(out)[i]; break;
+      case flagcxInt32: v = static_cast<const int32_t *>(out)[i]; break;
+      case flagcxUint32: v = static_cast<const uint32_t *>(out)[i]; break;
+      case flagcxInt64: v = static_cast<double>(static_cast<const int64_t *>(out)[i]); break;
+      case flagcxUint64: v = static_cast<double>(static_cast<const uint64_t *>(out)[i]); break;
+      case flagcxFloat16: v = halfBitsToFloat(static_cast<const uint16_t *>(out)[i]); break;
+      case flagcxBfloat16: v = bf16BitsToFloat(static_cast<const uint16_t *>(out)[i]); break;
+      case flagcxFloat64: v = static_cast<const double *>(out)[i]; break;
+      default: v = static_cast<const float *>(out)[i]; break;
     }
     printf(" %g", v);
   }
