@@ -249,6 +249,9 @@ void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char
            static_cast<unsigned long long>(b.opt.splitMask), b.ngroups, b.nranks);
   if (b.opt.registerMode)
     printf("# buffers: flagcxMemAlloc, registered with flagcxCommRegister (-R 1)\n");
+  if (b.opt.heap)
+    printf("# buffers: the heap (-M 1; no shared-memory direct mode, which needs the adapter's "
+           "memory)\n");
   if (b.opt.inPlace)
     printf("# in place (-I 1): %s; MPI gets MPI_IN_PLACE\n",
            recvInsideSend(b.op->op) ? "the receive block is this rank's block of the send buffer"
@@ -298,10 +301,16 @@ bool allOk(const Bench &b, bool ok) {
 }
 
 // The benchmark's buffers: the device adapter's memory, or with -R 1
-// flagcxMemAlloc memory registered with the communicator (FlagCX's -R 1).
+// flagcxMemAlloc memory registered with the communicator (FlagCX's -R 1), or
+// with -M 1 plain heap memory (the host adapter's memory is a memfd mapping
+// that same-host peers can map, the heap is not: it takes the shm rings).
 // Called without the allocator argument, so that this compiles whether or
 // not the header has FlagCX v0.13's trailing flagcxMemAllocator_t.
 flagcxResult_t allocBuffer(Bench &b, void **p, void **reg, size_t bytes) {
+  if (b.opt.heap) {
+    *p = nullptr;
+    return posix_memalign(p, 64, std::max<size_t>(bytes, 1)) == 0 ? flagcxSuccess : flagcxSystemError;
+  }
   if (!b.opt.registerMode) return b.dev->deviceMalloc(p, bytes, flagcxMemDevice, nullptr);
   flagcxResult_t r = flagcxMemAlloc(p, bytes);
   if (r == flagcxSuccess) r = flagcxCommRegister(b.comm, *p, bytes, reg);
@@ -309,7 +318,9 @@ flagcxResult_t allocBuffer(Bench &b, void **p, void **reg, size_t bytes) {
 }
 void freeBuffer(Bench &b, void **p, void **reg) {
   if (!*p) return;
-  if (!b.opt.registerMode) {
+  if (b.opt.heap) {
+    free(*p);
+  } else if (!b.opt.registerMode) {
     b.dev->deviceFree(*p, flagcxMemDevice, nullptr);
   } else {
     if (*reg) flagcxCommDeregister(b.comm, *reg);
@@ -470,6 +481,11 @@ int run(const char *opName, int argc, char **argv) {
     char vendor[128] = "";
     b.dev->getVendor(vendor);
     b.onDevice = strcmp(vendor, "host") != 0;
+    if (b.onDevice && opt.heap) {
+      if (b.printer()) fprintf(stderr, "%s: -M 1: heap buffers need the host adapter, not %s\n", prog, vendor);
+      MPI_Finalize();
+      return 2;
+    }
     int ndev = 0;
     if (b.onDevice && b.dev->getDeviceCount(&ndev) == flagcxSuccess && ndev > 0 &&
         (r = b.dev->setDevice(b.localRank % ndev)) != flagcxSuccess)

@@ -94,6 +94,8 @@ void usage(FILE *f, const char *prog) {
           "             r & MASK == q & MASK; octal, decimal or 0x hex; default 0\n"
           "  -R 0|1     1: buffers from flagcxMemAlloc, registered with flagcxCommRegister\n"
           "             (FlagCX's -R 1); default 0 (the device adapter's deviceMalloc)\n"
+          "  -M 0|1     1: buffers from the heap (posix_memalign), like torch's CPU tensors;\n"
+          "             host adapter only, not with -R 1; default 0\n"
           "  -F FORMAT  table (default) or flagcx: FlagCX's own result lines\n"
           "  -J FILE    append every row to FILE as one JSON object per line\n"
           "  -h         this help\n"
@@ -175,7 +177,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
   static const option kLong[] = {{"repeat", required_argument, nullptr, 'N'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
-  while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:I:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:I:M:h", kLong, nullptr)) != -1) {
     bool ok = true;
     switch (c) {
       case 'b': ok = parseBytes(optarg, &o->minBytes); break;
@@ -211,6 +213,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
       case 'c': ok = parseInt(optarg, 0, 1, &v); o->check = v; break;
       case 'm': ok = parseInt(optarg, 0, 1, &v); o->mpi = v; break;
       case 'I': ok = parseInt(optarg, 0, 1, &v); o->inPlace = v; break;
+      case 'M': ok = parseInt(optarg, 0, 1, &v); o->heap = v; break;
       case 'r': ok = parseInt(optarg, -1, INT_MAX, &v); o->root = static_cast<int>(v); break;
       case 'd':
         ok = parseList(optarg, kTypes, [](std::string s) {
@@ -238,6 +241,10 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
   }
   if (optind < argc) {
     *err = std::string("unexpected argument: ") + argv[optind];
+    return 2;
+  }
+  if (o->heap && o->registerMode) {
+    *err = "-M 1 and -R 1 are two kinds of buffer: pick one";
     return 2;
   }
   if (o->minBytes > o->maxBytes) {
