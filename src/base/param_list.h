@@ -50,7 +50,7 @@ X(IPC_DISABLE, Int, "0", "1: device buffers of same-host ranks go through host s
 XCHECK(IPC_DISABLE, "0..1")
 X(CUDA_STREAM_WAIT, Str, "handoff", "how engine work on a CUDA stream is ordered: handoff (the call returns once the stream's earlier work and the operation are done; always safe), value (cuStreamWaitValue32, asynchronous; can deadlock when CUDA puts a held stream and the engine's stream on one hardware queue), hostfunc")
 XCHECK(CUDA_STREAM_WAIT, "handoff|value|hostfunc")
-X(SHM_PULL, Int, "0", "0: same-host messages always go through the shm ring (faster, see docs/PERFORMANCE.md); 1: messages >= 64 KiB are read straight from the sender's buffer (process_vm_readv)")
+X(SHM_PULL, Int, "1", "1: same-host messages >= 64 KiB outside direct mode are read straight from the sender's buffer (process_vm_readv, where the peer may be read; else the ring); 0: always through the shm ring (docs/PERFORMANCE.md, session 15)")
 XCHECK(SHM_PULL, "0..1")
 X(SOCKET_NTHREADS, Int, "1", "socket transport: TCP connections (lanes) per peer connection set, times FLAGCX_NSOCKS_PERTHREAD; the engine thread drives them, no helper threads (FlagCX's -2, auto, means 1)")
 XCHECK(SOCKET_NTHREADS, "1..16|-2")
