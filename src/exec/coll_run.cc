@@ -156,10 +156,19 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   // input is intact whenever it is read.
   // torch's broadcast and allreduce are in place.
   // Host buffers only: device steps are queued, and this was not run on a GPU.
-  bool sameBytes = !direct && in.base == out.base && inBytes == outBytes &&
-                   in.nchunks == out.nchunks &&
-                   !in.vcounts && rs.inPlaceNoCopy;
-  if (!sameBytes && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
+  // nccl's in-place allgather/gather (input = my block of the output) and
+  // reducescatter/scatter (output = my block of the input) likewise
+  // (rs.inPlaceBlockNoCopy).
+  size_t me = static_cast<size_t>(s->rank), nr = static_cast<size_t>(n);
+  bool noCopy =
+      !direct && !in.vcounts && in.base && out.base &&
+      ((rs.inPlaceNoCopy && in.base == out.base && inBytes == outBytes &&
+        in.nchunks == out.nchunks) ||
+       (rs.inPlaceBlockNoCopy && inBytes * nr == outBytes && in.nchunks * n == out.nchunks &&
+        in.base == out.base + me * inBytes) ||
+       (rs.inPlaceBlockNoCopy && outBytes * nr == inBytes && out.nchunks * n == in.nchunks &&
+        out.base == in.base + me * outBytes));
+  if (!noCopy && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
     char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
     if (copy) FLAGCX_CHECK(localCopy(s, copy, in.base, inBytes));

@@ -9,25 +9,35 @@
 
 namespace flagcx {
 
-// For a call whose input and output are the same bytes with the same
-// chunks: whether this rank's schedule reads every input chunk only in
-// stages before any step writes the output chunk it shares bytes with (a
-// copy of input chunk c onto output chunk c writes nothing then), and
-// never writes the input.  Then running it on the one buffer is the same as
-// running it on a copy of the input.
-inline bool inPlaceNeedsNoCopy(const RankSchedule &rs, int nchunks) {
-  auto identity = [](const Step &st) {
+// Whether this rank's schedule may run on a buffer that holds both its input
+// and its output.  Input chunk c lies at position inPos0 + c and output chunk
+// d at outPos0 + d, in chunks of the full data space (the same bytes when the
+// positions are equal): inPos0 = outPos0 = 0 when input and output are the
+// same buffer; inPos0 = r * inChunks when the input is rank r's block of the
+// output (nccl's in-place allgather and gather); outPos0 = r * outChunks when
+// the output is rank r's block of the input (reducescatter, scatter).  The
+// answer is yes when every input chunk is read only in stages before any
+// step writes the output chunk at its position (a copy of an input chunk
+// onto its own position writes nothing then), and no step writes the input.
+// Then running on the one buffer is the same as running on a copy of the
+// input.
+inline bool inPlaceNeedsNoCopy(const RankSchedule &rs, int inChunks, int outChunks, int inPos0,
+                               int outPos0) {
+  if (inChunks < 0 || outChunks < 0 || inPos0 < 0 || outPos0 < 0) return false;
+  auto identity = [&](const Step &st) {
     return st.kind == StepKind::Copy && st.src.buf == BufKind::Input &&
-           st.dst.buf == BufKind::Output && st.src.chunk == st.dst.chunk;
+           st.dst.buf == BufKind::Output && inPos0 + st.src.chunk == outPos0 + st.dst.chunk;
   };
-  auto bad = [&](const ChunkRef &c) { return c.chunk < 0 || c.chunk >= nchunks; };
-  std::vector<int> firstWrite(static_cast<size_t>(std::max(nchunks, 0)), INT_MAX);
+  auto badIn = [&](const ChunkRef &c) { return c.chunk < 0 || c.chunk >= inChunks; };
+  auto badOut = [&](const ChunkRef &c) { return c.chunk < 0 || c.chunk >= outChunks; };
+  int positions = std::max(inPos0 + inChunks, outPos0 + outChunks);
+  std::vector<int> firstWrite(static_cast<size_t>(positions), INT_MAX);
   for (const Step &st : rs.steps) {
     if (st.kind == StepKind::Send || identity(st)) continue;
     if (st.dst.buf == BufKind::Input) return false;
     if (st.dst.buf != BufKind::Output) continue;
-    if (bad(st.dst)) return false;
-    int &w = firstWrite[static_cast<size_t>(st.dst.chunk)];
+    if (badOut(st.dst)) return false;
+    int &w = firstWrite[static_cast<size_t>(outPos0 + st.dst.chunk)];
     w = std::min(w, st.stage);
   }
   for (const Step &st : rs.steps) {
@@ -35,10 +45,15 @@ inline bool inPlaceNeedsNoCopy(const RankSchedule &rs, int nchunks) {
                       (st.kind == StepKind::Send || st.kind == StepKind::Copy ||
                        st.kind == StepKind::Reduce);
     if (!readsInput) continue;
-    if (bad(st.src)) return false;
-    if (st.stage >= firstWrite[static_cast<size_t>(st.src.chunk)]) return false;
+    if (badIn(st.src)) return false;
+    if (st.stage >= firstWrite[static_cast<size_t>(inPos0 + st.src.chunk)]) return false;
   }
   return true;
+}
+
+// Input and output the same bytes with the same chunks.
+inline bool inPlaceNeedsNoCopy(const RankSchedule &rs, int nchunks) {
+  return inPlaceNeedsNoCopy(rs, nchunks, nchunks, 0, 0);
 }
 
 }  // namespace flagcx

@@ -60,6 +60,11 @@ struct RankSchedule {
   // run on the one buffer without copying the input aside (sched/in_place.h;
   // set when the schedule is compiled).
   bool inPlaceNoCopy = false;
+  // The same for nccl's in-place layouts with one block inside the other
+  // buffer (allgather and gather: the input is this rank's block of the
+  // output; reducescatter and scatter: the output is this rank's block of
+  // the input).  False for the other ops.
+  bool inPlaceBlockNoCopy = false;
 };
 
 struct Schedule {

@@ -508,8 +508,19 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
       return false;
     }
     if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i]);
-    out->ranks[i].inPlaceNoCopy = inPlaceNeedsNoCopy(
-        out->ranks[i], bufChunks(op_, BufKind::Input, nchunks, t.nranks));
+    int inChunks = bufChunks(op_, BufKind::Input, nchunks, t.nranks);
+    int outChunks = bufChunks(op_, BufKind::Output, nchunks, t.nranks);
+    out->ranks[i].inPlaceNoCopy = inChunks == outChunks &&
+                                  inPlaceNeedsNoCopy(out->ranks[i], inChunks, outChunks, 0, 0);
+    // The block layouts place this rank's block at its own index (rooted
+    // ops' full buffers are relabelled above so that block b is rank b's).
+    int me = first + i;
+    if (inChunks * t.nranks == outChunks)
+      out->ranks[i].inPlaceBlockNoCopy =
+          inPlaceNeedsNoCopy(out->ranks[i], inChunks, outChunks, me * inChunks, 0);
+    else if (outChunks * t.nranks == inChunks)
+      out->ranks[i].inPlaceBlockNoCopy =
+          inPlaceNeedsNoCopy(out->ranks[i], inChunks, outChunks, 0, me * outChunks);
   }
   if (count > 1) lua_gc(L_, LUA_GCCOLLECT, 0);
   return true;

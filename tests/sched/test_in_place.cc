@@ -1,6 +1,6 @@
 // inPlaceNeedsNoCopy (sched/in_place.h): which ranks' schedules may run an
-// in-place call on the one buffer, so that exec/coll_run.cc need not copy
-// the input aside first.
+// in-place call on the one buffer (the same bytes, or nccl's block layouts),
+// so that exec/coll_run.cc need not copy the input aside first.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -82,6 +82,67 @@ TEST(SchedInPlace, LocalStepsThatAreNotNoOpsNeedCopy) {
   // The same copy alone: input 0 is never read, so it may change.
   rs.steps = {step(StepKind::Copy, In, 1, Out, 0, 0)};
   EXPECT_TRUE(inPlaceNeedsNoCopy(rs, 2));
+}
+
+// nccl's in-place allgather/gather (the input is my block of the output) and
+// reducescatter/scatter (the output is my block of the input): the compiled
+// flag agrees with the check at my block's position, and the schedules the
+// tuning picks for large messages need no copy on any rank.
+TEST(SchedInPlace, ShippedBlockSchedules) {
+  struct Case {
+    const char *algo;
+    bool inputIsBlock;
+    bool allRanks;  // every rank must qualify
+  };
+  for (Case c : {Case{"allgather/ring.lua", true, true}, Case{"allgather/recursive_doubling.lua", true, false},
+                 Case{"allgather/bruck.lua", true, false}, Case{"gather/linear.lua", true, true},
+                 Case{"gather/binomial.lua", true, false}, Case{"reducescatter/ring.lua", false, true},
+                 Case{"reducescatter/recursive_halving.lua", false, false},
+                 Case{"scatter/linear.lua", false, true}, Case{"scatter/binomial.lua", false, false}}) {
+    for (int n : {2, 3, 4, 5, 8}) {
+      for (int root : {0, n - 1}) {
+        Schedule s = compileAll(c.algo, n, root);
+        ASSERT_EQ(s.ranks.size(), static_cast<size_t>(n)) << c.algo;
+        int block = s.chunks / n;
+        for (int r = 0; r < n; r++) {
+          bool want = c.inputIsBlock ? inPlaceNeedsNoCopy(s.ranks[r], block, s.chunks, r * block, 0)
+                                     : inPlaceNeedsNoCopy(s.ranks[r], s.chunks, block, 0, r * block);
+          EXPECT_EQ(s.ranks[r].inPlaceBlockNoCopy, want) << c.algo << ", " << n << " ranks, rank " << r;
+          if (c.allRanks)
+            EXPECT_TRUE(s.ranks[r].inPlaceBlockNoCopy)
+                << c.algo << ", " << n << " ranks, root " << root << ", rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(SchedInPlace, BlockLayoutsUseTheBlocksPosition) {
+  RankSchedule rs;
+  // Rank 1 of 2, its input (one chunk) is output chunk 1.  Receiving into
+  // output chunk 1 and then sending input 0 reads changed bytes.
+  rs.steps = {step(StepKind::Recv, In, 0, Out, 1, 0), step(StepKind::Send, In, 0, Out, 0, 1)};
+  EXPECT_FALSE(inPlaceNeedsNoCopy(rs, 1, 2, 1, 0));
+  // Receiving into output chunk 0 (the peer's block) does not touch it.
+  rs.steps = {step(StepKind::Recv, In, 0, Out, 0, 0), step(StepKind::Send, In, 0, Out, 0, 1)};
+  EXPECT_TRUE(inPlaceNeedsNoCopy(rs, 1, 2, 1, 0));
+  // The copy of my block onto its own place is a no-op, and a later
+  // receive into the other block does not matter...
+  rs.steps = {step(StepKind::Copy, In, 0, Out, 1, 0), step(StepKind::Send, In, 0, Out, 0, 1),
+              step(StepKind::Recv, In, 0, Out, 0, 1)};
+  EXPECT_TRUE(inPlaceNeedsNoCopy(rs, 1, 2, 1, 0));
+  // ... but a receive into my block in the stage that sends it does.
+  rs.steps = {step(StepKind::Copy, In, 0, Out, 0, 0), step(StepKind::Send, In, 0, Out, 0, 1),
+              step(StepKind::Recv, In, 0, Out, 1, 1)};
+  EXPECT_FALSE(inPlaceNeedsNoCopy(rs, 1, 2, 1, 0));
+  // The output is rank 0's block (chunk 0) of a two-chunk input: reducing
+  // into it before input chunk 0 is sent reads the sum, not the input.
+  rs.steps = {step(StepKind::RecvReduce, In, 0, Out, 0, 0), step(StepKind::Send, In, 0, Out, 0, 1)};
+  EXPECT_FALSE(inPlaceNeedsNoCopy(rs, 2, 1, 0, 0));
+  rs.steps = {step(StepKind::Send, In, 0, Out, 0, 0), step(StepKind::RecvReduce, In, 1, Out, 0, 1)};
+  EXPECT_TRUE(inPlaceNeedsNoCopy(rs, 2, 1, 0, 0));
+  // Negative positions are refused.
+  EXPECT_FALSE(inPlaceNeedsNoCopy(rs, 2, 1, -1, 0));
 }
 
 TEST(SchedInPlace, WritingTheInputOrAChunkOutOfRangeNeedsCopy) {
