@@ -159,15 +159,16 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   // nccl's in-place allgather/gather (input = my block of the output) and
   // reducescatter/scatter (output = my block of the input) likewise
   // (rs.inPlaceBlockNoCopy).
-  size_t me = static_cast<size_t>(s->rank), nr = static_cast<size_t>(n);
-  bool noCopy =
-      !direct && !in.vcounts && in.base && out.base &&
-      ((rs.inPlaceNoCopy && in.base == out.base && inBytes == outBytes &&
-        in.nchunks == out.nchunks) ||
-       (rs.inPlaceBlockNoCopy && inBytes * nr == outBytes && in.nchunks * n == out.nchunks &&
-        in.base == out.base + me * inBytes) ||
-       (rs.inPlaceBlockNoCopy && outBytes * nr == inBytes && out.nchunks * n == in.nchunks &&
-        out.base == in.base + me * outBytes));
+  // Whether `part` is this rank's block of `whole` (k = 1: the same bytes).
+  auto blockOf = [&](const Bound &part, size_t partBytes, const Bound &whole, size_t wholeBytes,
+                     int k) {
+    return partBytes * static_cast<size_t>(k) == wholeBytes && part.nchunks * k == whole.nchunks &&
+           part.base == whole.base + (k == 1 ? 0 : static_cast<size_t>(s->rank) * partBytes);
+  };
+  bool noCopy = !direct && !in.vcounts && in.base && out.base &&
+                ((rs.inPlaceNoCopy && blockOf(in, inBytes, out, outBytes, 1)) ||
+                 (rs.inPlaceBlockNoCopy && (blockOf(in, inBytes, out, outBytes, n) ||
+                                            blockOf(out, outBytes, in, inBytes, n))));
   if (!noCopy && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
     char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
