@@ -1,7 +1,9 @@
 // One collective through its compiled schedule: the schedule's abstract
 // chunks are bound to byte ranges of this call's buffers, then the steps run
-// stage by stage — a stage's local copies and reductions first, then all its
-// messages at once (sliced by FLAGCX_NET_CHUNK_SIZE outside direct mode).
+// stage by stage — a stage's local copies and reductions that its messages
+// need first, then all its messages at once (sliced by FLAGCX_NET_CHUNK_SIZE
+// outside direct mode), the stage's other local steps on the host while those
+// move (firstLateLocal).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -62,7 +64,71 @@ char *workBuf(ExecState *s, std::vector<char> &heap, GrowBuf &dev, size_t bytes)
   return s->direct() ? dev.grow(std::max<size_t>(bytes, 1)) : growHeap(heap, bytes);
 }
 
+bool isLocal(const Step &st) { return st.kind == StepKind::Copy || st.kind == StepKind::Reduce; }
+
+// Where the local steps of steps[i, end) (one stage) that may wait for the
+// stage's messages begin: every local step from the returned index on writes
+// nothing a message of the stage reads or writes and reads nothing a receive
+// writes, so it can run while they move; local steps keep their order (the
+// ones before the index run first).  bufOf(kind) gives the call's Bound.
+// The verifier already rejects a schedule whose steps of one stage depend on
+// each other (they are concurrent by definition), so for shipped and user
+// scripts this returns i; the byte check is for what the verifier cannot
+// see: a copy onto itself in place, a user's overlapping alltoallv blocks.
+template <class BufOf>
+size_t firstLateLocal(const std::vector<Step> &steps, size_t i, size_t end, BufOf bufOf) {
+  size_t cut = i;
+  for (size_t k = i; k < end; k++) {
+    const Step &l = steps[k];
+    if (!isLocal(l)) continue;
+    char *sp, *dp;
+    size_t sb, db;
+    bufOf(l.src.buf).range(l.src.chunk, &sp, &sb);
+    bufOf(l.dst.buf).range(l.dst.chunk, &dp, &db);
+    for (size_t m = i; m < end; m++) {
+      const Step &x = steps[m];
+      if (isLocal(x)) continue;
+      bool send = x.kind == StepKind::Send;
+      const ChunkRef &ref = send ? x.src : x.dst;
+      char *p;
+      size_t b;
+      bufOf(ref.buf).range(ref.chunk, &p, &b);
+      if (overlaps(dp, db, p, b) || (!send && overlaps(sp, sb, p, b))) {
+        cut = k + 1;
+        break;
+      }
+    }
+  }
+  return cut;
+}
+
 }  // namespace
+
+flagcxResult_t localWorkPiece(ExecState *s, LocalWork &w, bool wait, bool *did) {
+  // Pieces small enough that the messages are looked at often.
+  constexpr size_t kPiece = 128 * 1024;
+  *did = false;
+  const LocalWork::Item &it = w.items[w.next];
+  size_t ts = dtypeSize(w.dt);
+  size_t n = std::min(kPiece - kPiece % ts, it.bytes - w.done);
+  char *d = it.dst + w.done;
+  const char *p = it.src + w.done;
+  if (wait) {
+    FLAGCX_CHECK(gateWait(s, p, n));
+  } else {
+    bool ready = false;
+    FLAGCX_CHECK(gateReady(s, p, n, &ready));
+    if (!ready) return flagcxSuccess;
+  }
+  FLAGCX_CHECK(it.reduce ? localReduce(s, d, p, n / ts, w.dt, w.op) : localCopy(s, d, p, n));
+  *did = true;
+  w.done += n;
+  if (w.done == it.bytes) {
+    w.next++;
+    w.done = 0;
+  }
+  return flagcxSuccess;
+}
 
 flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   const CollArgs &a = ci.a;
@@ -225,10 +291,17 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     s->flight.stage(fe, stage);
     size_t end = i;
     while (end < rs.steps.size() && rs.steps[end].stage == stage) end++;
-    // Local steps of a stage first, then its messages.
+    // Local steps from `cut` on run while the stage's messages move (on the
+    // host); the ones before it run first.
+    size_t cut = direct ? end : firstLateLocal(rs.steps, i, end, bufOf);
+    LocalWork &late = s->scratchLocal;
+    late.items.clear();
+    late.next = late.done = 0;
+    late.dt = a.dtype;
+    late.op = a.redop;
     for (size_t k = i; k < end; k++) {
       const Step &st = rs.steps[k];
-      if (st.kind != StepKind::Copy && st.kind != StepKind::Reduce) continue;
+      if (!isLocal(st)) continue;
       char *sp, *dp;
       size_t sb, db;
       bufOf(st.src.buf).range(st.src.chunk, &sp, &sb);
@@ -237,6 +310,10 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
         WARN(kColl, "rank %d: %s: %s moves %zu bytes into %zu", s->rank, what,
              stepText(st).c_str(), sb, db);
         return flagcxInternalError;
+      }
+      if (k >= cut) {
+        late.items.push_back({st.kind == StepKind::Reduce, dp, sp, sb});
+        continue;
       }
       if (!direct) FLAGCX_CHECK(gateWait(s, sp, sb));
       FLAGCX_CHECK(st.kind == StepKind::Copy ? localCopy(s, dp, sp, sb)
@@ -284,7 +361,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
       if (st.kind == StepKind::RecvReduce) landOff += b;
     }
     FLAGCX_CHECK(direct ? runDirectXfers(s, xs, a.dtype, a.redop, what)
-                        : runXfers(s, xs, a.dtype, a.redop, what));
+                        : runXfers(s, xs, a.dtype, a.redop, what, &late));
     if (sinking) FLAGCX_CHECK(sinkChunks(stage));
     i = end;
   }

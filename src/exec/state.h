@@ -154,6 +154,26 @@ struct SmallShmDeleter {
   void operator()(SmallShm *p) const;
 };
 
+// Host copies and reductions of one stage that no message of the stage
+// needs (coll_run.cc decides which): runXfers does them a piece at a time
+// while the messages move.  Where the peer moves the bytes itself (the shm
+// single-copy pull: the receiver reads the sender's memory), this is what
+// lets an out-of-place broadcast or scatter root copy its own block while
+// the peers read theirs, instead of before announcing them.
+struct LocalWork {
+  struct Item {
+    bool reduce;
+    char *dst;
+    const char *src;
+    size_t bytes;
+  };
+  std::vector<Item> items;
+  size_t next = 0, done = 0;  // the item under way, bytes of it done
+  flagcxDataType_t dt = flagcxUint8;
+  flagcxRedOp_t op = flagcxSum;
+  bool pending() const { return next < items.size(); }
+};
+
 struct ExecState {
   explicit ExecState(const ExecEnv &e);
   ~ExecState();
@@ -204,8 +224,14 @@ struct ExecState {
   std::vector<size_t> scratchDispls;
   std::vector<int> scratchLastWrite;
   std::vector<Xfer> scratchXfers;
+  LocalWork scratchLocal;
   std::vector<int> scratchPeers, stepPeers;
 };
+
+// coll_run.cc: the next piece of `w`.  With wait false, a piece whose
+// input is still on its way from the device (staging) is left for later and
+// *did says whether anything ran; with wait true it is waited for.
+flagcxResult_t localWorkPiece(ExecState *s, LocalWork &w, bool wait, bool *did);
 
 // xfer.cc: connect to the peers among `peers` that have no Conn yet (a
 // no-op once every peer has one); then post and progress every message of `xs` until all complete.
@@ -214,8 +240,10 @@ bool everyPeerConnected(const ExecState *s);
 // Progress every Conn; a peer that gave up (its error frame) fails the
 // caller's operation `what` with one log line.
 flagcxResult_t sweepPeers(ExecState *s, const char *what);
+// `work` (may be null): local steps that no message of the stage needs,
+// done piece by piece between the rounds (and finished before returning).
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
-                        flagcxRedOp_t op, const char *what);
+                        flagcxRedOp_t op, const char *what, LocalWork *work = nullptr);
 // coll_run.cc: one collective, its buffers as given (host or, in direct
 // mode, device memory).
 flagcxResult_t runColl(ExecState *s, CollItem &ci);

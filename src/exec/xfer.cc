@@ -61,9 +61,17 @@ flagcxResult_t sweepPeers(ExecState *s, const char *what) {
   return flagcxSuccess;
 }
 
+namespace {
+flagcxResult_t finishWork(ExecState *s, LocalWork *work) {
+  bool did = false;
+  while (work && work->pending()) FLAGCX_CHECK(localWorkPiece(s, *work, true, &did));
+  return flagcxSuccess;
+}
+}  // namespace
+
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
-                        flagcxRedOp_t op, const char *what) {
-  if (xs.empty()) return flagcxSuccess;
+                        flagcxRedOp_t op, const char *what, LocalWork *work) {
+  if (xs.empty()) return finishWork(s, work);
   size_t ts = dtypeSize(dt);
   size_t remaining = xs.size();
   Backoff wait;
@@ -131,6 +139,12 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
       progressed = true;
       outstanding[static_cast<size_t>(2 * (x.peer * s->nchannels + x.ch) + (x.isSend ? 1 : 0))]--;
     }
+    // A piece of the stage's local work per round while messages move.
+    if (work && work->pending()) {
+      bool did = false;
+      FLAGCX_CHECK(localWorkPiece(s, *work, false, &did));
+      progressed = progressed || did;
+    }
     if (progressed) {
       wait.progressed();
       idleRounds = 0;
@@ -151,7 +165,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
     }
     wait.idle();
   }
-  return flagcxSuccess;
+  return finishWork(s, work);
 }
 
 }  // namespace flagcx
