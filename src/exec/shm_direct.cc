@@ -23,7 +23,9 @@
 // rank returns while a peer may still read or write its buffers.  No rank
 // reads what another writes within a call (each piece of an output has one
 // writer, who has read every input of that piece before), so one meeting
-// before and one after suffice.
+// before and one after suffice — except an in-place alltoall, whose blocks
+// are read by one peer and overwritten by their owner: it reads its blocks
+// aside, meets a third time, then writes.
 //
 // Device memory (direct mode: every rank a CUDA rank of one host) works the
 // same way: the descriptor carries CUDA IPC references of the buffers, the
@@ -192,8 +194,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
   d.frees = host::memFreeCount();
   d.sendAddr = reinterpret_cast<uintptr_t>(a.send);
   d.recvAddr = reinterpret_cast<uintptr_t>(a.recv);
-  // In place, an alltoall would overwrite blocks its peers still read.
-  bool usable = !(a.op == OpKind::AlltoAll && a.send == a.recv);
+  bool usable = true;
   if (!onDevice) {
     if (peersTouchSend(a, me) && a.send)
       d.sendOk = host::memShareRef(a.send, elemsIn(ci, n) * ts, &d.send);
@@ -335,6 +336,24 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     case OpKind::Broadcast: FLAGCX_CHECK(copy(recv[me], send[a.root], bytes)); break;
     case OpKind::Scatter: FLAGCX_CHECK(copy(recv[me], send[a.root] + mine0, bytes)); break;
     case OpKind::AlltoAll:
+      if (a.send == a.recv && n > 1) {
+        // In place, block q of this rank's buffer is what peer q still reads
+        // until it is done: read every peer's block for this rank aside,
+        // meet (line B's `read`), then write them (two copies per byte).
+        const size_t aside = static_cast<size_t>(n - 1) * bytes;
+        char *tmp = onDevice ? s->dScratch.grow(aside) : growHeap(s->bufScratch, aside);
+        if (!tmp) return flagcxSystemError;
+        for (int k = 1; k < n; k++)
+          FLAGCX_CHECK(copy(tmp + static_cast<size_t>(k - 1) * bytes,
+                            send[(me + k) % n] + mine0, bytes));
+        if (onDevice) FLAGCX_CHECK(dev->flush());
+        ph->read.store(word, std::memory_order_release);
+        FLAGCX_CHECK(waitPhase(s, what, word, [](Phase *x) -> auto & { return x->read; }));
+        for (int k = 1; k < n; k++)
+          FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>((me + k) % n) * bytes,
+                            tmp + static_cast<size_t>(k - 1) * bytes, bytes));
+        break;
+      }
       for (int k = 0; k < n; k++) {
         int q = (me + k) % n;
         FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>(q) * bytes, send[q] + mine0, bytes));

@@ -39,6 +39,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 struct Phase {
   std::atomic<uint64_t> mapped;   // word * 2 + 1: mapped every peer buffer it needs; word * 2: could not
   std::atomic<uint64_t> done;     // word: it no longer touches any peer's buffers
+  std::atomic<uint64_t> read;     // word: it read what it needs of its peers (in-place alltoall)
 };
 
 // A peer allocation mapped into this process (shm_direct.cc).

@@ -230,6 +230,16 @@ int collectiveSuite(flagcxComm_t comm, flagcxDeviceHandle_t h, bool device, size
     for (size_t i = 0; i < cnt; i++)
       RANK_CHECK(got[p * cnt + i] == val(p, static_cast<size_t>(rank) * cnt + i), "%s alltoall [%d][%zu]",
                  what, p, i);
+  // AlltoAll in place (on one host: the direct path reads every peer's
+  // block aside before any rank overwrites its own).
+  SUB(rb.put(send));
+  RANK_OK(flagcxAlltoAll(rb.p, rb.p, cnt, flagcxFloat32, comm, s));
+  SUB(sync());
+  SUB(rb.get(&got));
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++)
+      RANK_CHECK(got[p * cnt + i] == val(p, static_cast<size_t>(rank) * cnt + i),
+                 "%s alltoall in place [%d][%zu]", what, p, i);
   // AlltoAllv with equal blocks.
   std::vector<size_t> counts(un, cnt), displs(un);
   for (size_t p = 0; p < un; p++) displs[p] = p * cnt;

@@ -132,6 +132,13 @@ int everyOp(int rank, int n, flagcxComm_t comm, flagcxDeviceHandle_t h, size_t c
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < c && failures < 5; i++)
       RANK_EXPECT(out.p[r * c + i] == w(r, rank * c + i), "alltoall [%d][%zu]", r, i);
+  fill();  // alltoall in place: each block is read by one peer and overwritten by its owner
+  RANK_OK(flagcxAlltoAll(in.p, in.p, c, flagcxInt32, comm, nullptr));
+  calls++;
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < c && failures < 5; i++)
+      RANK_EXPECT(in.p[r * c + i] == w(r, rank * c + i), "alltoall in place [%d][%zu] = %d", r, i,
+                  in.p[r * c + i]);
 
   // With heap buffers on a rank that is not the root, only the gather,
   // broadcast and scatter leave them alone.
