@@ -35,10 +35,17 @@ return {
       for k = 0, N - 1 do s:recv(r + 1, s.output(k)) end
       return
     end
-    for k = 0, N - 1 do s:copy(s.input(k), s.output(k)) end
-    s:stage()
+    -- An odd rank of a folded pair adds its neighbour's whole input first,
+    -- so it needs all of its own in the output.  The other ranks copy only
+    -- the half that the first halving round reduces into, and send the
+    -- other half straight from the input (half the local copy).
+    local folded = r < 2 * rem
+    if folded or p == 1 then
+      for k = 0, N - 1 do s:copy(s.input(k), s.output(k)) end
+      s:stage()
+    end
     local vr
-    if r < 2 * rem then
+    if folded then
       for k = 0, N - 1 do s:recv_reduce(r - 1, s.output(k)) end
       s:stage()
       vr = (r - 1) / 2
@@ -58,7 +65,13 @@ return {
       else
         keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
       end
-      for k = sendLo, sendHi - 1 do s:send(peer, s.output(k)) end
+      local from = s.output
+      if mask == p / 2 and not folded then
+        for k = keepLo, keepHi - 1 do s:copy(s.input(k), s.output(k)) end
+        s:stage()
+        from = s.input
+      end
+      for k = sendLo, sendHi - 1 do s:send(peer, from(k)) end
       for k = keepLo, keepHi - 1 do s:recv_reduce(peer, s.output(k)) end
       s:stage()
       lo, hi = keepLo, keepHi
