@@ -58,6 +58,11 @@ namespace {
 constexpr size_t kPiece = 64 << 10;  // reduced at a time: the output piece stays in cache
 constexpr size_t kMaxMaps = 64;      // per peer, before unused mappings are dropped
 constexpr size_t kStreamMin = 16 << 20;  // allreduce: streaming stores into peers from here (measured)
+// Calls that go straight to the rings after one fell back for an unshareable
+// buffer: a program on heap buffers (torch's CPU tensors) meets once per
+// this many calls instead of every call; one that moves to shareable
+// buffers waits at most this many calls for direct mode.
+constexpr uint64_t kQuietCalls = 64;
 
 const char *directWhat(OpKind op) {
   static const auto names = [] {
@@ -156,8 +161,10 @@ flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field fi
 }
 
 // This call over the rings after all (every rank decides the same).
-flagcxResult_t fallBack(ExecState *s, CollItem &ci) {
+// `unshareable`: because of a buffer, so the next calls skip the meeting.
+flagcxResult_t fallBack(ExecState *s, CollItem &ci, bool unshareable = false) {
   s->ringsUsed = true;
+  if (unshareable) s->small->directQuietUntil = ci.seq + kQuietCalls;
   return s->mode == ExecMode::Host ? runColl(s, ci) : runCollStaged(s, ci);
 }
 
@@ -168,7 +175,7 @@ bool shmDirectFits(const ExecState *s, const CollItem &ci) {
   if (!sm || !sm->directMin || !blockCarries(s, ci.a)) return false;
   size_t ts = dtypeSize(ci.a.dtype);
   size_t most = std::max(elemsIn(ci, s->nranks), elemsOut(ci, s->nranks));
-  return most <= SIZE_MAX / ts && most * ts >= sm->directMin;
+  return most <= SIZE_MAX / ts && most * ts >= sm->directMin && ci.seq >= sm->directQuietUntil;
 }
 
 uint64_t shmDirectCalls(const ExecState *s) { return s->small ? s->small->directCalls : 0; }
@@ -213,8 +220,17 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
       d.recvOk = dev->ipcExport(a.recv, d.recvIpc) == flagcxSuccess;
   }
   d.usable = usable;
-  if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, true), &d, sizeof d, what); r != flagcxSuccess)
+  // This rank's own descriptor may already settle it: a buffer its peers
+  // must touch is not shareable (heap memory: torch's CPU tensors), so every
+  // rank will decide for the rings from it (step 4).  Then publish it and go
+  // without waiting for the peers' (a meeting costs 1-5 us at 16-64 KiB).
+  const bool ringsAnyway =
+      !usable || (!sm->oneProcess && ((peersTouchSend(a, me) && !d.sendOk) ||
+                                       (peersTouchRecv(a, me) && !d.recvOk)));
+  if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, true), &d, sizeof d, what, !ringsAnyway);
+      r != flagcxSuccess)
     return r;
+  if (ringsAnyway) return fallBack(s, ci, true);
   auto desc = [&](int q) -> const DirectDesc & {
     return *reinterpret_cast<const DirectDesc *>(sm->data(q, p));
   };
@@ -226,7 +242,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     ok = dq.usable && (sm->oneProcess || ((!peersTouchSend(a, q) || dq.sendOk) &&
                                           (!peersTouchRecv(a, q) || dq.recvOk)));
   }
-  if (!ok) return fallBack(s, ci);
+  if (!ok) return fallBack(s, ci, true);
 
   // 5. Map what this rank touches; tell the others whether it could.
   char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};

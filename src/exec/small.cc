@@ -271,7 +271,7 @@ flagcxResult_t shapeMismatch(ExecState *s, int peer, uint64_t mine, uint64_t the
 }  // namespace
 
 flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
-                         size_t give, const char *what) {
+                         size_t give, const char *what, bool waitForPeers) {
   SmallShm *sm = s->small.get();
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
@@ -299,6 +299,7 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
   mine->shape.store(shape, std::memory_order_relaxed);
   mine->word.store(word, std::memory_order_release);
   sm->lastUse[p] = word;
+  if (!waitForPeers) return flagcxSuccess;
 
   // 3. Every peer's slot p holds this call.
   unsigned polls = 0;

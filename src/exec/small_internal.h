@@ -79,6 +79,11 @@ struct SmallShm {
   // Direct calls (shm_direct.cc): the smallest contribution that takes them
   // (0: never), and what they keep.
   size_t directMin = 0;
+  // After a call fell back because some buffer was not shareable, calls
+  // before this sequence number go straight to the rings, without meeting
+  // (every rank decides the same fallback, so every rank skips the same
+  // calls; shm_direct.cc).
+  uint64_t directQuietUntil = 0;
   uint64_t directCalls = 0;                    // calls done that way (tests)
   std::vector<std::vector<PeerMapping>> maps;  // [peer]
   std::vector<uint64_t> peerFrees;             // [peer]: its host::memFreeCount() last seen
@@ -134,9 +139,13 @@ uint64_t blockShape(const CollArgs &a, bool direct);
 // (s->curTag: op, dtype, root and count, as the transports' frames carry it)
 // and `shape` (blockShape),
 // and wait until every peer has published the same call there.  Then every
-// peer's slot holds its contribution (sm->data(q, seq & 1)).
+// peer's slot holds its contribution (sm->data(q, seq & 1)).  With
+// `waitForPeers` false the last wait is skipped: for a rank that needs
+// nothing of its peers' slots (its own tells them this call takes the
+// rings).  Slot reuse stays safe: step 1 of the next call on the same slot
+// waits until every peer has published a later call, i.e. is past this one.
 flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
-                         size_t give, const char *what);
+                         size_t give, const char *what, bool waitForPeers = true);
 
 // Waits, with the engine's usual checks, until `ready()` holds: abort, a
 // peer that gave up (its error frame, seen through the Conns), a peer that

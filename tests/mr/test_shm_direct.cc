@@ -140,9 +140,10 @@ int everyOp(int rank, int n, flagcxComm_t comm, flagcxDeviceHandle_t h, size_t c
       RANK_EXPECT(in.p[r * c + i] == w(r, rank * c + i), "alltoall in place [%d][%zu] = %d", r, i,
                   in.p[r * c + i]);
 
-  // With heap buffers on a rank that is not the root, only the gather,
-  // broadcast and scatter leave them alone.
-  int want = !expectDirect ? 0 : heapRank < 0 ? calls : heapRank == root ? 0 : 3;
+  // With heap buffers on any rank the first call (an allreduce: it touches
+  // every rank's buffers) falls back, and the next kQuietCalls (64) calls
+  // go straight to the rings: every call of the rounds (12 each, 3 rounds).
+  int want = !expectDirect || heapRank >= 0 ? 0 : calls;
   uint64_t direct = comm->exec->shmDirectCalls() - before;
   RANK_EXPECT(direct == static_cast<uint64_t>(want), "%llu of %d calls took the direct path, want %d",
               static_cast<unsigned long long>(direct), calls, want);
@@ -178,9 +179,64 @@ TEST(ShmDirect, EveryOpStraightBetweenBuffers) { run({2, 3, 4}, 16411, 6, -1, tr
 TEST(ShmDirect, SeveralMegabytes) { run({2, 3}, (3 << 20) / 4 + 5, 2, -1, true); }
 // Large enough for the allreduce's streaming stores into the peers (16 MiB).
 TEST(ShmDirect, StreamingSizes) { run({2, 3}, (16 << 20) / 4 + 1027, 1, -1, true); }
-// A rank with heap buffers: every call that would touch them takes the rings
-// (the same decision everywhere), the others stay direct.
+// A rank with heap buffers: the calls take the rings (the same decision
+// everywhere), and the following ones without meeting first.
 TEST(ShmDirect, HeapBuffersOnOneRankTakeTheRings) { run({2, 3}, 16411, 3, 1, true); }
+
+// A call on heap buffers fell back; 64 calls later direct mode is tried
+// again.  Rank 1's heap buffer for an allreduce (every rank's buffers are
+// touched), then allreduces on shareable buffers: the first 63 take the
+// rings, the next go direct, every result right.  A broadcast whose root
+// holds a heap buffer falls back again on every rank, even on ranks whose
+// own buffers are shareable (the root publishes its descriptor and goes).
+TEST(ShmDirect, DirectAgainAfterTheQuietCalls) {
+  auto res = harness::run(3, [](int rank, int n, flagcxUniqueId *id) {
+    flagcxComm_t comm;
+    RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+    flagcxDeviceHandle_t h = nullptr;
+    RANK_OK(flagcxDeviceHandleInit(&h));
+    const size_t c = 16411;
+    int failures = 0;
+    {
+      Buf in(h, c, false), out(h, c, false);
+      RANK_CHECK(in.p && out.p, "allocation failed");
+      for (int call = 0; call < 80 && failures == 0; call++) {
+        if (call == 0 || call == 70) {  // heap on rank 1 (call 70: the broadcast's root)
+          Buf hin(h, c, true), hout(h, c, true);
+          Buf &src = rank == 1 ? hin : in;
+          Buf &dst = rank == 1 ? hout : out;
+          for (size_t i = 0; i < c; i++) src.p[i] = val(rank, i, call);
+          uint64_t before = comm->exec->shmDirectCalls();
+          if (call == 0) {
+            RANK_OK(flagcxAllReduce(src.p, dst.p, c, flagcxInt32, flagcxSum, comm, nullptr));
+          } else {
+            RANK_OK(flagcxBroadcast(src.p, dst.p, c, flagcxInt32, 1, comm, nullptr));
+          }
+          RANK_EXPECT(comm->exec->shmDirectCalls() == before, "call %d went direct", call);
+          for (size_t i = 0; i < c && failures < 5; i++) {
+            int32_t want = call == 0 ? val(0, i, call) + val(1, i, call) + val(2, i, call) : val(1, i, call);
+            RANK_EXPECT(dst.p[i] == want, "call %d [%zu] = %d, want %d", call, i, dst.p[i], want);
+          }
+          continue;
+        }
+        for (size_t i = 0; i < c; i++) in.p[i] = val(rank, i, call);
+        uint64_t before = comm->exec->shmDirectCalls();
+        RANK_OK(flagcxAllReduce(in.p, out.p, c, flagcxInt32, flagcxSum, comm, nullptr));
+        bool direct = comm->exec->shmDirectCalls() > before;
+        const bool want = call >= 64 && call < 70;  // quiet again after call 70
+        RANK_EXPECT(direct == want, "call %d %s the direct path", call, direct ? "took" : "did not take");
+        for (size_t i = 0; i < c && failures < 5; i++) {
+          int32_t want = val(0, i, call) + val(1, i, call) + val(2, i, call);
+          RANK_EXPECT(out.p[i] == want, "call %d [%zu] = %d, want %d", call, i, out.p[i], want);
+        }
+      }
+    }
+    RANK_OK(flagcxDeviceHandleFree(h));
+    RANK_OK(flagcxCommDestroy(comm));
+    return failures ? 1 : 0;
+  }, {}, 240);
+  EXPECT_TRUE(res.allOk()) << res.failures();
+}
 TEST(ShmDirect, OffWhenZero) { run({2}, 16411, 1, -1, false, {{{"FLAGCX_SHM_DIRECT_BYTES", "0"}}}); }
 // Below the threshold: the rings.
 TEST(ShmDirect, BelowTheThresholdTakesTheRings) {
