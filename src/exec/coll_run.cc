@@ -295,10 +295,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     // host); the ones before it run first.
     size_t cut = direct ? end : firstLateLocal(rs.steps, i, end, bufOf);
     LocalWork &late = s->scratchLocal;
-    late.items.clear();
-    late.next = late.done = 0;
-    late.dt = a.dtype;
-    late.op = a.redop;
+    late.start(a.dtype, a.redop);
     for (size_t k = i; k < end; k++) {
       const Step &st = rs.steps[k];
       if (!isLocal(st)) continue;

@@ -224,9 +224,12 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
   // must touch is not shareable (heap memory: torch's CPU tensors), so every
   // rank will decide for the rings from it (step 4).  Then publish it and go
   // without waiting for the peers' (a meeting costs 1-5 us at 16-64 KiB).
-  const bool ringsAnyway =
-      !usable || (!sm->oneProcess && ((peersTouchSend(a, me) && !d.sendOk) ||
-                                       (peersTouchRecv(a, me) && !d.recvOk)));
+  // `reachable` is step 4's test of every rank's descriptor, so the two agree.
+  auto reachable = [&](const DirectDesc &dq, int q) {
+    return dq.usable && (sm->oneProcess || ((!peersTouchSend(a, q) || dq.sendOk) &&
+                                            (!peersTouchRecv(a, q) || dq.recvOk)));
+  };
+  const bool ringsAnyway = !reachable(d, me);
   if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, true), &d, sizeof d, what, !ringsAnyway);
       r != flagcxSuccess)
     return r;
@@ -237,11 +240,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
 
   // 4. The same decision on every rank: can every rank reach what it must?
   bool ok = true;
-  for (int q = 0; q < n && ok; q++) {
-    const DirectDesc &dq = desc(q);
-    ok = dq.usable && (sm->oneProcess || ((!peersTouchSend(a, q) || dq.sendOk) &&
-                                          (!peersTouchRecv(a, q) || dq.recvOk)));
-  }
+  for (int q = 0; q < n && ok; q++) ok = reachable(desc(q), q);
   if (!ok) return fallBack(s, ci, true);
 
   // 5. Map what this rank touches; tell the others whether it could.

@@ -172,6 +172,12 @@ struct LocalWork {
   flagcxDataType_t dt = flagcxUint8;
   flagcxRedOp_t op = flagcxSum;
   bool pending() const { return next < items.size(); }
+  void start(flagcxDataType_t t, flagcxRedOp_t o) {
+    items.clear();
+    next = done = 0;
+    dt = t;
+    op = o;
+  }
 };
 
 struct ExecState {
