@@ -263,7 +263,7 @@ FlagcxP2pConn *acceptNext(FlagcxP2pEngine *e, Clock::time_point until) {
   while (!e->stopAccept.load() && Clock::now() < until) {
     int fd = -1;
     auto slice = std::min(until, Clock::now() + std::chrono::milliseconds(200));
-    if (acceptOne(e->listenFd, slice, &fd) != flagcxSuccess) return nullptr;
+    if (acceptOne(e->listenFd, slice, &fd, e->acceptWake.fd()) != flagcxSuccess) return nullptr;
     if (fd < 0) continue;
     Hello h{};
     auto dl = deadlineFromTimeout();
@@ -321,6 +321,7 @@ FlagcxP2pEngine *flagcxP2pEngineCreate() {
 void flagcxP2pEngineStopAccept(FlagcxP2pEngine *engine) {
   if (!engine) return;
   engine->stopAccept.store(true);
+  engine->acceptWake.signal();
   if (engine->rpcThread.joinable()) engine->rpcThread.join();
 }
 

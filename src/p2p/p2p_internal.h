@@ -141,6 +141,7 @@ struct FlagcxP2pEngine {
   int gpuIdx = -1;
   flagcx::Secret secret{};
   std::atomic<bool> stopAccept{false};
+  flagcx::WakeFd acceptWake;  // signalled with stopAccept: a waiting accept returns at once
   std::mutex acceptMu;  // one accept at a time (Accept and the RPC server)
 
   std::atomic<bool> rpcActive{false};

@@ -84,6 +84,7 @@ void rootMain(int listenFd, Secret secret) {
   int nranks = -1;
   bool started = false;
   Clock::time_point deadline = Clock::time_point::max();
+  WakeFd helloSeen;
   auto reject = [](int fd, const char *fmt, int a, int b, int c) {
     RootReply r{};
     r.status = 1;
@@ -113,6 +114,7 @@ void rootMain(int listenFd, Secret secret) {
     }
     fds[h.rank] = fd;
     infos[static_cast<size_t>(h.rank)] = pi;
+    helloSeen.signal();  // the loop below looks at complete() now
   });
   auto complete = [&] {
     std::lock_guard<std::mutex> lk(mu);
@@ -121,8 +123,10 @@ void rootMain(int listenFd, Secret secret) {
   bool timedOut = false;
   while (!complete()) {
     int fd = -1;
-    if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd) != flagcxSuccess)
+    if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd,
+                  helloSeen.fd()) != flagcxSuccess)
       break;
+    helloSeen.drain();
     if (fd >= 0) auth.add(fd);
     std::lock_guard<std::mutex> lk(mu);
     if (started && Clock::now() >= deadline) {
@@ -180,6 +184,7 @@ struct Bootstrap::Impl {
   std::mutex mu;
   std::atomic<bool> aborted{false};
   std::atomic<bool> stop{false};
+  WakeFd stopping;  // signalled with `stop`: the acceptor leaves at once
   std::thread acceptor;
   Secret secret{};
   int rank = 0, nranks = 0;
@@ -192,7 +197,8 @@ struct Bootstrap::Impl {
   void acceptLoop() {
     while (!stop.load()) {
       int fd = -1;
-      if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd) != flagcxSuccess)
+      if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd,
+                    stopping.fd()) != flagcxSuccess)
         return;
       if (fd >= 0) auth->add(fd);
     }
@@ -208,6 +214,7 @@ struct Bootstrap::Impl {
 
   ~Impl() {
     stop = true;
+    stopping.signal();
     if (acceptor.joinable()) acceptor.join();
     if (auth) auth->stop();
     for (int fd : out)

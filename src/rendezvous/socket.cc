@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -264,7 +265,7 @@ flagcxResult_t connectTo(const SockAddr &addr, Clock::time_point deadline, int *
   }
 }
 
-flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd) {
+flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd, int wakeFd) {
   *fd = -1;
   while (true) {
     int s = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -279,9 +280,30 @@ flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd) {
       return flagcxSystemError;
     }
     if (Clock::now() >= deadline) return flagcxSuccess;
-    pollfd p{listenFd, POLLIN, 0};
-    poll(&p, 1, msLeft(deadline));
+    pollfd p[2] = {{listenFd, POLLIN, 0}, {wakeFd, POLLIN, 0}};
+    if (poll(p, wakeFd >= 0 ? 2 : 1, msLeft(deadline)) > 0 && (p[1].revents & POLLIN))
+      return flagcxSuccess;
   }
+}
+
+// Without an eventfd (never seen on Linux >= 2.6.27) fd_ stays -1 and the
+// waiters fall back to their slices.
+WakeFd::WakeFd() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_ < 0) WARN(kBootstrap, "eventfd failed: %s", strerror(errno));
+}
+
+WakeFd::~WakeFd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void WakeFd::signal() {
+  uint64_t one = 1;
+  if (fd_ >= 0) (void)!write(fd_, &one, sizeof one);
+}
+
+void WakeFd::drain() {
+  uint64_t v;
+  if (fd_ >= 0) (void)!read(fd_, &v, sizeof v);
 }
 
 flagcxResult_t sendAll(int fd, const void *buf, size_t len, Clock::time_point deadline) {

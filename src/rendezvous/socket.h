@@ -52,7 +52,28 @@ flagcxResult_t listenOn(SockAddr *addr, int *fd);
 // Connect with retries until the deadline (the peer may not listen yet).
 flagcxResult_t connectTo(const SockAddr &addr, Clock::time_point deadline, int *fd);
 // Accept one connection, waiting until the deadline; *fd = -1 on timeout.
-flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd);
+// With wakeFd >= 0 it also returns (*fd = -1) as soon as wakeFd is readable,
+// so a thread that accepts in slices can be told to look again at once
+// instead of at the end of its slice (WakeFd below).
+flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd, int wakeFd = -1);
+
+// An eventfd that one thread signals to cut another's acceptOne short: the
+// bootstrap root on each authenticated hello, a bootstrap or P2P engine
+// when it stops.  Waiting out a 100-200 ms accept slice there cost every
+// communicator's init and destroy about 100 ms each (session 17).
+class WakeFd {
+ public:
+  WakeFd();
+  ~WakeFd();
+  WakeFd(const WakeFd &) = delete;
+  WakeFd &operator=(const WakeFd &) = delete;
+  int fd() const { return fd_; }
+  void signal();  // readable from now until drain()
+  void drain();
+
+ private:
+  int fd_;
+};
 // Exact-length I/O with a deadline; flagcxRemoteError when the peer closes.
 flagcxResult_t sendAll(int fd, const void *buf, size_t len, Clock::time_point deadline);
 flagcxResult_t recvAll(int fd, void *buf, size_t len, Clock::time_point deadline);
