@@ -30,7 +30,16 @@ fi
 if [ "$asan" = 1 ]; then
   # Address + undefined behaviour: the whole quick suite.  Child ranks leave
   # with _exit(), so LeakSanitizer only judges the test processes themselves.
-  [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false
+  # -O1, not the release build's -O3: the sanitizers' usual level, and it
+  # compiles the ASan build 2.5x faster (the test sources most: 47 s -> 17 s
+  # for tests/sched/test_sched.cc).  No CUDA: its tests need a GPU and skip
+  # here, while nvcc took 4 min of CPU in this build (session 17).
+  asan_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1 -Dcuda=disabled)
+  if [ -f build-asan/build.ninja ]; then
+    meson configure build-asan "${asan_opts[@]}"
+  else
+    meson setup build-asan "${asan_opts[@]}"
+  fi
   ninja -C build-asan
   export LSAN_OPTIONS=suppressions=$PWD/tests/reliability/lsan.supp
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
