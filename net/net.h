@@ -74,6 +74,9 @@ class Transport {
 };
 
 std::unique_ptr<Transport> makeShmTransport();
+// Rendezvous messages this process's shm pipes copied out of a mapping of the
+// sender's shareable allocation instead of with process_vm_readv (tests).
+uint64_t shmMappedPulls();
 std::unique_ptr<Transport> makeSocketTransport();
 
 }  // namespace flagcx

@@ -101,7 +101,9 @@ flagcxResult_t FramedConn::post(Kind kind, void *buf, size_t bytes, uint64_t tag
     r.stripesLeft = r.stripes;
     if (canPull_ && bytes >= kPullThreshold) {
       r.pull = true;
-      r.addr = reinterpret_cast<uint64_t>(buf);
+      r.note = PullNote{};
+      r.note.addr = reinterpret_cast<uint64_t>(buf);
+      lanes_[0].pipe->describePull(buf, bytes, r.note.pipe);
     }
   } else {
     r.length = 0;
@@ -158,8 +160,8 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
       l.sHdr = FrameHeader{kFrameMagic, r.pull ? kFrameVersionPull : kFrameVersion,
                            static_cast<uint16_t>(li), r.seq, r.tag, r.length};
       l.sHdrDone = 0;
-      l.sData = r.pull ? reinterpret_cast<const char *>(&r.addr) : r.buf + off;
-      l.sLen = r.pull ? sizeof(r.addr) : len;
+      l.sData = r.pull ? reinterpret_cast<const char *>(&r.note) : r.buf + off;
+      l.sLen = r.pull ? sizeof(r.note) : len;
       l.sDone = 0;
       l.sSlot = slot;
       l.sActive = true;
@@ -298,9 +300,9 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
       if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0)
         return peerGaveUp(l.rHdr);
       if (l.rHdr.version == kFrameVersionPull) {
-        while (l.rAddrGot < sizeof(l.rAddr)) {
-          flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rAddr) + l.rAddrGot,
-                                            sizeof(l.rAddr) - l.rAddrGot, &got, &closed);
+        while (l.rNoteGot < sizeof(l.rNote)) {
+          flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rNote) + l.rNoteGot,
+                                            sizeof(l.rNote) - l.rNoteGot, &got, &closed);
           if (rc2 != flagcxSuccess) return fail(rc2);
           if (got == 0) {
             if (closed) {
@@ -313,7 +315,7 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
             return flagcxSuccess;
           }
           *moved = true;
-          l.rAddrGot += got;
+          l.rNoteGot += got;
         }
       }
       l.rHdrReady = true;
@@ -328,7 +330,7 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
       constexpr uint64_t kPiece = 2u << 20;
       if (l.rDone < l.rLen) {
         uint64_t n = std::min(kPiece, l.rLen - l.rDone);
-        flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rAddr + l.rDone, n);
+        flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rNote, l.rDone, n);
         if (rc != flagcxSuccess) return fail(rc);
         l.rDone += n;
         *moved = true;
@@ -360,7 +362,7 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
     }
     l.rHdrReady = false;
     l.rHdrGot = 0;
-    l.rAddrGot = 0;
+    l.rNoteGot = 0;
     l.rPull = false;
     l.rSlot = -1;
   }

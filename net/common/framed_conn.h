@@ -40,6 +40,13 @@ struct PeerDesc {
   std::string host;
 };
 
+// What a rendezvous frame (kFrameVersionPull) carries after its header.
+struct PullNote {
+  uint64_t addr;        // the sender's buffer, in its address space
+  uint8_t pipe[64];     // Pipe::describePull's, opaque to the engine
+};
+static_assert(sizeof(PullNote) == 72);
+
 // A non-blocking, ordered byte stream to one peer, both directions.
 class Pipe {
  public:
@@ -60,8 +67,13 @@ class Pipe {
   // sender's memory and then acknowledges.  Only pipes that can read the
   // peer's memory say yes.
   virtual bool canPull() const { return false; }
-  // Read n bytes at address `remote` of the peer process into dst.
-  virtual flagcxResult_t pull(void *dst, uint64_t remote, size_t n) { return flagcxInternalError; }
+  // Sender: what the pipe tells the receiver about the announced buffer,
+  // beside its address (PullNote::pipe, zeroed before; nothing by default).
+  virtual void describePull(const void * /*buf*/, size_t /*len*/, uint8_t * /*note*/) {}
+  // Receiver: read n bytes at `offset` of the announced buffer into dst.
+  virtual flagcxResult_t pull(void *dst, const PullNote &note, uint64_t offset, size_t n) {
+    return flagcxInternalError;
+  }
   virtual void ackPull() {}                     // receiver: one announced message consumed
   virtual uint64_t pullsAcked() { return 0; }   // sender: how many the peer consumed
 };
@@ -77,8 +89,9 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 32);
 constexpr uint32_t kFrameMagic = 0x46434d31;  // "FCM1"
 constexpr uint16_t kFrameVersion = 1;
-// A rendezvous frame: the header is followed by 8 bytes, the sender's buffer
-// address, and no payload; the receiver pulls the `length` bytes itself.
+// A rendezvous frame: the header is followed by a PullNote (the sender's
+// buffer address and what its pipe adds) and no payload; the receiver pulls
+// the `length` bytes itself.
 constexpr uint16_t kFrameVersionPull = 2;
 // An error frame (lane 0, between messages, no payload): the sender gave up.
 // seq = the sender's call (a tag), tag = the call it received (or 0),
@@ -124,7 +137,7 @@ class FramedConn final : public Conn {
     int stripes = 0;      // 0 until known (recv: first header seen)
     int stripesLeft = 0;
     bool pull = false;    // send by rendezvous (see kFrameVersionPull)
-    uint64_t addr = 0;    // the announced address (send side)
+    PullNote note{};      // what the rendezvous frame announces (send side)
   };
   // Posted requests of one direction in sequence order (slot indices).
   struct Queue {
@@ -153,8 +166,8 @@ class FramedConn final : public Conn {
     int rSlot = -1;
     char *rData = nullptr;
     uint64_t rLen = 0, rDone = 0;
-    uint64_t rAddr = 0;   // rendezvous: the sender's buffer
-    size_t rAddrGot = 0;
+    PullNote rNote{};     // rendezvous: the sender's buffer
+    size_t rNoteGot = 0;
     bool rPull = false;
     bool closed = false;
   };

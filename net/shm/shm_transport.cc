@@ -36,10 +36,12 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "rendezvous/bootstrap.h"
 #include "base/copy.h"
 #include "base/log.h"
+#include "base/shared_mem.h"
 #include "base/params.h"
 #include "net/common/framed_conn.h"
 #include "net/common/proc_alive.h"
@@ -70,6 +72,23 @@ struct RingCtl {
   alignas(64) std::atomic<uint64_t> pulls;  // rendezvous messages the consumer pulled
 };
 static_assert(sizeof(RingCtl) <= kCtlBytes);
+
+// What a sender's pipe adds to a rendezvous frame when the announced buffer
+// lies in a shareable allocation (the host adapter's memfd memory): the
+// receiver maps that allocation once and copies out of the mapping, at the
+// speed of a copy between caches, instead of process_vm_readv, which pins
+// every page of every message first (1 MiB: 27 against 61 us on the
+// development VM, docs/PERFORMANCE.md "Session 16").
+struct SharedNote {
+  uint32_t kind;   // kSharedNote, or 0: nothing (heap memory)
+  uint32_t pad;
+  uint64_t frees;  // the sender's host::memFreeCount()
+  ShareRef ref;
+};
+constexpr uint32_t kSharedNote = 0x53484d31;  // "SHM1"
+static_assert(sizeof(SharedNote) <= sizeof(PullNote::pipe));
+constexpr size_t kMaxPeerMaps = 8;  // mappings of the peer's allocations kept per pipe
+std::atomic<uint64_t> g_mappedPulls{0};
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 class ShmPipe final : public Pipe {
@@ -95,6 +114,7 @@ class ShmPipe final : public Pipe {
   ~ShmPipe() override {
     tx_->producerClosed.store(1, std::memory_order_release);
     rx_->consumerClosed.store(1, std::memory_order_release);
+    dropMaps();
   }
 
   flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
@@ -187,7 +207,22 @@ class ShmPipe final : public Pipe {
   }
 
   bool canPull() const override { return canPull_; }
-  flagcxResult_t pull(void *dst, uint64_t remote, size_t n) override {
+  void describePull(const void *buf, size_t len, uint8_t *note) override {
+    const SharedMemOps *ops = sharedMemOps();
+    SharedNote sn{};
+    if (!ops || !ops->ref(buf, len, &sn.ref)) return;
+    sn.kind = kSharedNote;
+    sn.frees = ops->frees();
+    memcpy(note, &sn, sizeof sn);
+  }
+
+  flagcxResult_t pull(void *dst, const PullNote &note, uint64_t offset, size_t n) override {
+    if (const char *src = mappedSource(note, offset, n)) {
+      copyBytes(dst, src, n);
+      if (offset == 0) g_mappedPulls.fetch_add(1, std::memory_order_relaxed);
+      return flagcxSuccess;
+    }
+    const uint64_t remote = note.addr + offset;
     size_t done = 0;
     while (done < n) {
       iovec local{static_cast<char *>(dst) + done, n - done};
@@ -221,6 +256,51 @@ class ShmPipe final : public Pipe {
     return flagcxRemoteError;
   }
 
+  // The peer's bytes [offset, offset+n) of the announced buffer in a mapping
+  // of its allocation, or nullptr: process_vm_readv then.  The note comes
+  // from the peer, so it must name the peer's own process and stay inside
+  // the allocation (shareMap checks the file's identity and length).
+  const char *mappedSource(const PullNote &note, uint64_t offset, size_t n) {
+    SharedNote sn;
+    memcpy(&sn, note.pipe, sizeof sn);
+    const SharedMemOps *ops = sharedMemOps();
+    if (!ops || sn.kind != kSharedNote || mapsOff_ || sn.ref.pid != peerPid_ || sn.ref.offset > sn.ref.mapLen ||
+        offset > sn.ref.mapLen - sn.ref.offset || n > sn.ref.mapLen - sn.ref.offset - offset)
+      return nullptr;
+    if (sn.frees != peerFrees_) {  // it freed shareable memory: drop what we hold of it
+      dropMaps();
+      peerFrees_ = sn.frees;
+    }
+    for (PeerMap &m : maps_)
+      if (m.dev == sn.ref.dev && m.ino == sn.ref.ino && m.len == sn.ref.mapLen)
+        return m.base + sn.ref.offset + offset;
+    void *base = nullptr;
+    if (ops->map(sn.ref, &base) != flagcxSuccess) {
+      INFO(kShm, "shm rank %d: cannot map peer %d's buffer; reading its memory with "
+           "process_vm_readv from now on", desc_.self, desc_.peer);
+      mapsOff_ = true;
+      return nullptr;
+    }
+    if (maps_.size() >= kMaxPeerMaps) {
+      ops->unmap(maps_.front().base, maps_.front().len);
+      maps_.erase(maps_.begin());
+    }
+    maps_.push_back(PeerMap{sn.ref.dev, sn.ref.ino, sn.ref.mapLen, static_cast<char *>(base)});
+    return maps_.back().base + sn.ref.offset + offset;
+  }
+  void dropMaps() {
+    if (const SharedMemOps *ops = sharedMemOps())
+      for (PeerMap &m : maps_) ops->unmap(m.base, m.len);
+    maps_.clear();
+  }
+
+  struct PeerMap {
+    uint64_t dev, ino, len;
+    char *base;
+  };
+  std::vector<PeerMap> maps_;  // oldest first
+  uint64_t peerFrees_ = 0;
+  bool mapsOff_ = false;  // a mapping failed once: process_vm_readv only
   bool canPull_;
   PeerDesc desc_;
   pid_t peerPid_;
@@ -399,6 +479,8 @@ class ShmTransport final : public Transport {
 };
 
 }  // namespace
+
+uint64_t shmMappedPulls() { return g_mappedPulls.load(std::memory_order_relaxed); }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }
 

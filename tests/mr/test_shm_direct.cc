@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "net/net.h"
 #include "tests/common/harness.h"
 
 namespace {
@@ -320,6 +321,49 @@ TEST(ShmDirect, PeerThatNeverArrives) {
     return 0;
   }, env, 60);
   EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+// Point-to-point messages from shareable buffers (64 KiB and up: announced,
+// then pulled by the receiver) are copied out of a mapping of the sender's
+// allocation, not read with process_vm_readv; from heap buffers they are
+// not.  A ring of sends at 2 and 3 ranks, each round on newly allocated
+// buffers (a mapping of a freed allocation must not serve the new one), the
+// message starting 12 bytes into its allocation, sizes across the 2 MiB
+// pieces a pull is cut into; rank 1 sends from the heap in odd rounds.
+TEST(ShmDirect, PointToPointReadsTheSendersMapping) {
+  for (int nranks : {2, 3}) {
+    auto res = harness::run(nranks, [](int rank, int n, flagcxUniqueId *id) {
+      flagcxComm_t comm;
+      RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+      flagcxDeviceHandle_t h = nullptr;
+      RANK_OK(flagcxDeviceHandleInit(&h));
+      const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+      const size_t counts[] = {16411, (1u << 20) / 4 + 5, (5u << 20) / 4 + 1};
+      int failures = 0;
+      for (int round = 0; round < 6 && failures == 0; round++) {
+        const size_t c = counts[round % 3];
+        auto heapSender = [&](int r) { return r == 1 && round % 2 == 1; };
+        Buf in(h, c + 3, heapSender(rank)), out(h, c, false);
+        RANK_CHECK(in.p && out.p, "allocation failed");
+        for (size_t i = 0; i < c; i++) in.p[3 + i] = val(rank, i, round);
+        uint64_t before = flagcx::shmMappedPulls();
+        RANK_OK(flagcxGroupStart(comm));
+        RANK_OK(flagcxSend(in.p + 3, c, flagcxInt32, right, comm, nullptr));
+        RANK_OK(flagcxRecv(out.p, c, flagcxInt32, left, comm, nullptr));
+        RANK_OK(flagcxGroupEnd(comm));
+        uint64_t mapped = flagcx::shmMappedPulls() - before;
+        RANK_EXPECT(mapped == (heapSender(left) ? 0u : 1u), "round %d: %llu message(s) from a mapping",
+                    round, static_cast<unsigned long long>(mapped));
+        for (size_t i = 0; i < c && failures < 5; i++)
+          RANK_EXPECT(out.p[i] == val(left, i, round), "round %d [%zu] = %d, want %d", round, i,
+                      out.p[i], val(left, i, round));
+      }
+      RANK_OK(flagcxDeviceHandleFree(h));
+      RANK_OK(flagcxCommDestroy(comm));
+      return failures ? 1 : 0;
+    }, {}, 120);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks: " << res.failures();
+  }
 }
 
 }  // namespace

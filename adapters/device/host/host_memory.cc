@@ -260,6 +260,13 @@ flagcxResult_t shareMap(const ShareRef &h, void **base) {
 
 void shareUnmap(void *base, size_t mapLen) { munmap(base, mapLen); }
 
+namespace {
+// The shm transport maps a peer's shareable buffers through these
+// (src/base/shared_mem.h: net/ may not include the adapters).
+const SharedMemOps g_sharedOps{memShareRef, shareMap, shareUnmap, memFreeCount};
+const bool g_sharedOpsSet = (setSharedMemOps(&g_sharedOps), true);
+}  // namespace
+
 flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr) {
   if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleGet: handle is NULL");
   if (!devPtr) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleGet: devPtr is NULL");

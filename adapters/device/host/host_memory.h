@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/shared_mem.h"
 #include "flagcx.h"
 
 namespace flagcx::host {
@@ -25,18 +26,9 @@ bool memShareable(const void *ptr, size_t len);
 // Whether the page-locking of the buffer at ptr succeeded.
 bool memIsLocked(const void *ptr);
 
-// What a sibling process needs to map the shareable allocation holding a
-// pointer: the creator's memfd (as /proc/<pid>/fd/<fd>), the file's identity
-// (so that a freed and reused fd number is refused), the length of the whole
-// mapping and the pointer's offset in it.  Plain data, 48 bytes.
-struct ShareRef {
-  int32_t pid;
-  int32_t fd;
-  uint64_t dev, ino;
-  uint64_t mapLen;
-  uint64_t offset;
-  uint64_t reserved;
-};
+// ShareRef (src/base/shared_mem.h): what a sibling process needs to map the
+// shareable allocation holding a pointer.
+using flagcx::ShareRef;
 // Fills `ref` when [ptr, ptr+len) lies in one shareable allocation.
 bool memShareRef(const void *ptr, size_t len, ShareRef *ref);
 // Maps the whole allocation `ref` names (its offset is ignored) into this
