@@ -36,7 +36,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <vector>
 
 #include "rendezvous/bootstrap.h"
 #include "base/copy.h"
@@ -87,7 +86,7 @@ struct SharedNote {
 };
 constexpr uint32_t kSharedNote = 0x53484d31;  // "SHM1"
 static_assert(sizeof(SharedNote) <= sizeof(PullNote::pipe));
-constexpr size_t kMaxPeerMaps = 8;  // mappings of the peer's allocations kept per pipe
+constexpr size_t kMaxPeerMaps = 8;  // mappings of the peer's allocations kept per pipe (unused ones)
 std::atomic<uint64_t> g_mappedPulls{0};
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
@@ -114,7 +113,6 @@ class ShmPipe final : public Pipe {
   ~ShmPipe() override {
     tx_->producerClosed.store(1, std::memory_order_release);
     rx_->consumerClosed.store(1, std::memory_order_release);
-    dropMaps();
   }
 
   flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
@@ -217,6 +215,7 @@ class ShmPipe final : public Pipe {
   }
 
   flagcxResult_t pull(void *dst, const PullNote &note, uint64_t offset, size_t n) override {
+    if (offset == 0) pullNo_++;  // one stamp per message for the mappings
     if (const char *src = mappedSource(note, offset, n)) {
       copyBytes(dst, src, n);
       if (offset == 0) g_mappedPulls.fetch_add(1, std::memory_order_relaxed);
@@ -263,43 +262,22 @@ class ShmPipe final : public Pipe {
   const char *mappedSource(const PullNote &note, uint64_t offset, size_t n) {
     SharedNote sn;
     memcpy(&sn, note.pipe, sizeof sn);
-    const SharedMemOps *ops = sharedMemOps();
-    if (!ops || sn.kind != kSharedNote || mapsOff_ || sn.ref.pid != peerPid_ || sn.ref.offset > sn.ref.mapLen ||
+    if (sn.kind != kSharedNote || mapsOff_ || sn.ref.pid != peerPid_ || sn.ref.offset > sn.ref.mapLen ||
         offset > sn.ref.mapLen - sn.ref.offset || n > sn.ref.mapLen - sn.ref.offset - offset)
       return nullptr;
-    if (sn.frees != peerFrees_) {  // it freed shareable memory: drop what we hold of it
-      dropMaps();
-      peerFrees_ = sn.frees;
-    }
-    for (PeerMap &m : maps_)
-      if (m.dev == sn.ref.dev && m.ino == sn.ref.ino && m.len == sn.ref.mapLen)
-        return m.base + sn.ref.offset + offset;
-    void *base = nullptr;
-    if (ops->map(sn.ref, &base) != flagcxSuccess) {
+    char *base = maps_.get(sn.ref, pullNo_);
+    if (!base) {
       INFO(kShm, "shm rank %d: cannot map peer %d's buffer; reading its memory with "
            "process_vm_readv from now on", desc_.self, desc_.peer);
       mapsOff_ = true;
       return nullptr;
     }
-    if (maps_.size() >= kMaxPeerMaps) {
-      ops->unmap(maps_.front().base, maps_.front().len);
-      maps_.erase(maps_.begin());
-    }
-    maps_.push_back(PeerMap{sn.ref.dev, sn.ref.ino, sn.ref.mapLen, static_cast<char *>(base)});
-    return maps_.back().base + sn.ref.offset + offset;
-  }
-  void dropMaps() {
-    if (const SharedMemOps *ops = sharedMemOps())
-      for (PeerMap &m : maps_) ops->unmap(m.base, m.len);
-    maps_.clear();
+    maps_.dropStale(sn.frees, pullNo_, kMaxPeerMaps);
+    return base + sn.ref.offset + offset;
   }
 
-  struct PeerMap {
-    uint64_t dev, ino, len;
-    char *base;
-  };
-  std::vector<PeerMap> maps_;  // oldest first
-  uint64_t peerFrees_ = 0;
+  PeerMaps maps_;        // the peer's allocations, stamped with pullNo_
+  uint64_t pullNo_ = 0;  // messages pulled so far
   bool mapsOff_ = false;  // a mapping failed once: process_vm_readv only
   bool canPull_;
   PeerDesc desc_;

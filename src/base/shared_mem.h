@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "flagcx.h"
 
@@ -39,5 +40,34 @@ struct SharedMemOps {
 // Registered once by the host adapter (a static initializer); nullptr before.
 void setSharedMemOps(const SharedMemOps *ops);
 const SharedMemOps *sharedMemOps();
+
+// One peer process's shareable allocations mapped into this one, kept
+// across uses (host direct mode per peer, the shm transport per pipe).  A
+// use carries a stamp; dropStale() unmaps the mappings the current use did
+// not take once the peer has freed shareable memory (one of them may be
+// what it freed: the mapping would keep it alive) or more than `keep` are
+// held.  Identity is the file (dev, ino) and length, so a mapping is never
+// taken for a newer allocation.
+class PeerMaps {
+ public:
+  PeerMaps() = default;
+  PeerMaps(const PeerMaps &) = delete;
+  PeerMaps &operator=(const PeerMaps &) = delete;
+  PeerMaps(PeerMaps &&o) noexcept : maps_(std::move(o.maps_)), seenFrees_(o.seenFrees_) {}
+  ~PeerMaps();
+  // The start of the allocation `ref` names, mapped now if needed; nullptr
+  // when it cannot be mapped (the map function has logged why).
+  char *get(const ShareRef &ref, uint64_t use);
+  void dropStale(uint64_t peerFrees, uint64_t use, size_t keep);
+
+ private:
+  struct Map {
+    uint64_t dev, ino, len;
+    char *base;
+    uint64_t used;  // stamp of the last use that took it
+  };
+  std::vector<Map> maps_;
+  uint64_t seenFrees_ = 0;
+};
 
 }  // namespace flagcx

@@ -115,37 +115,14 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
     return flagcxSystemError;
   }
   const host::ShareRef &ref = recv ? d.recv : d.send;
-  std::vector<PeerMapping> &maps = s->small->maps[static_cast<size_t>(q)];
-  for (PeerMapping &m : maps)
-    if (m.dev == ref.dev && m.ino == ref.ino && m.len == ref.mapLen) {
-      m.used = word;
-      *out = static_cast<char *>(m.base) + ref.offset;
-      return flagcxSuccess;
-    }
-  void *base = nullptr;
-  if (host::shareMap(ref, &base) != flagcxSuccess) {
+  char *base = s->small->maps[static_cast<size_t>(q)].get(ref, word);
+  if (!base) {
     INFO(kShm, "rank %d: cannot map a buffer of rank %d (%s); this call takes the rings",
          s->rank, q, lastErrorText());
     return flagcxSystemError;
   }
-  maps.push_back(PeerMapping{ref.dev, ref.ino, base, ref.mapLen, word});
-  *out = static_cast<char *>(base) + ref.offset;
+  *out = base + ref.offset;
   return flagcxSuccess;
-}
-
-// Drops q's mappings this call does not use, once q freed some shareable
-// memory (one of them may be it) or they pile up.
-void dropStale(SmallShm *sm, int q, uint64_t frees, uint64_t word) {
-  auto &maps = sm->maps[static_cast<size_t>(q)];
-  uint64_t &seen = sm->peerFrees[static_cast<size_t>(q)];
-  if (frees == seen && maps.size() <= kMaxMaps) return;
-  seen = frees;
-  auto keep = std::remove_if(maps.begin(), maps.end(), [&](const PeerMapping &m) {
-    if (m.used == word) return false;
-    host::shareUnmap(m.base, m.len);
-    return true;
-  });
-  maps.erase(keep, maps.end());
 }
 
 // Waits until every peer's line-B counter `field` reaches `want`.
@@ -258,7 +235,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
       mapped = peerBuffer(s, q, dq, false, word, &send[q]) == flagcxSuccess;
     if (mapped && peersTouchRecv(a, q))
       mapped = peerBuffer(s, q, dq, true, word, &recv[q]) == flagcxSuccess;
-    dropStale(sm, q, dq.frees, word);
+    sm->maps[static_cast<size_t>(q)].dropStale(dq.frees, word, kMaxMaps);
   }
   Phase *ph = sm->lineB(me);
   ph->mapped.store(word * 2 + (mapped ? 1 : 0), std::memory_order_release);

@@ -43,13 +43,6 @@ struct Phase {
 };
 
 // A peer allocation mapped into this process (shm_direct.cc).
-struct PeerMapping {
-  uint64_t dev, ino;
-  void *base;
-  size_t len;
-  uint64_t used;  // word of the last call that used it
-};
-
 // What a rank publishes in its slot for a direct call: its buffers, as
 // this process sees them and as a sibling process maps them (host memory:
 // a memfd; device memory in direct mode: a CUDA IPC reference).
@@ -85,21 +78,15 @@ struct SmallShm {
   // calls; shm_direct.cc).
   uint64_t directQuietUntil = 0;
   uint64_t directCalls = 0;                    // calls done that way (tests)
-  std::vector<std::vector<PeerMapping>> maps;  // [peer]
-  std::vector<uint64_t> peerFrees;             // [peer]: its host::memFreeCount() last seen
-
-  ~SmallShm() {
-    for (auto &v : maps)
-      for (PeerMapping &m : v) host::shareUnmap(m.base, m.len);
-  }
+  std::vector<PeerMaps> maps;  // [peer]; uses stamped with the call's word
   void layout(size_t payload, int nranks) {
     maxBytes = payload;
     slotStride = (kHeader + maxBytes + kLine - 1) / kLine * kLine;
     rankStride = 2 * kLine + 2 * slotStride;
     bytes = kLine + rankStride * static_cast<size_t>(nranks);
     seen.assign(static_cast<size_t>(nranks), 0);
-    maps.assign(static_cast<size_t>(nranks), {});
-    peerFrees.assign(static_cast<size_t>(nranks), 0);
+    maps.clear();
+    maps.resize(static_cast<size_t>(nranks));
   }
   // Set by a rank that gave up on an operation, after its error frames went
   // out on the Conns: the others then fail their next call here too.
