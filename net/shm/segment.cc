@@ -7,10 +7,32 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "base/log.h"
 
+#ifdef FLAGCX_TSAN
+extern "C" void __tsan_acquire(void *addr);
+extern "C" void __tsan_release(void *addr);
+#endif
+
 namespace flagcx {
+
+#ifdef FLAGCX_TSAN
+namespace {
+// The process-wide stand-ins TSan synchronizes on.  Two flags sharing one
+// (a hash collision) only order more than they should, which can hide a
+// report but never make one.
+char g_keys[1 << 14];
+char *keyOf(const std::string &name, const void *base, const void *p) {
+  size_t off = static_cast<size_t>(static_cast<const char *>(p) - static_cast<const char *>(base));
+  return &g_keys[(std::hash<std::string>()(name) + off / 8) % sizeof(g_keys)];
+}
+}  // namespace
+
+void Segment::released(const void *p) const { __tsan_release(keyOf(name_, base_, p)); }
+void Segment::acquired(const void *p) const { __tsan_acquire(keyOf(name_, base_, p)); }
+#endif
 
 Segment::~Segment() {
   if (base_ != nullptr) munmap(base_, bytes_);
@@ -52,6 +74,7 @@ flagcxResult_t Segment::open(const std::string &name, size_t bytes, std::shared_
     close(fd);
     return flagcxSystemError;
   }
+  s->name_ = name;  // not the owner: never unlinks it
   FLAGCX_CHECK(s->map(fd, bytes));
   *out = std::move(s);
   return flagcxSuccess;

@@ -4,9 +4,19 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <cstdint>
 #include <string>
 
 #include "flagcx.h"
+
+// ThreadSanitizer builds (gcc: __SANITIZE_THREAD__, clang: the feature).
+#if defined(__SANITIZE_THREAD__)
+#define FLAGCX_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FLAGCX_TSAN 1
+#endif
+#endif
 
 namespace flagcx {
 
@@ -23,6 +33,21 @@ class Segment {
   void unlink();
   char *base() const { return static_cast<char *>(base_); }
   const std::string &name() const { return name_; }
+  // For ThreadSanitizer only (no code otherwise).  Ranks that are threads of
+  // one process map a segment at different addresses, and TSan pairs a
+  // release with an acquire by address: a flag stored through one mapping
+  // and loaded through another orders nothing in its eyes, and every access
+  // to memory the flag hands over is then reported as a race.  released(p)
+  // before a release store to p, acquired(p) after an acquire load of p
+  // that saw the awaited value, mirror the pair on one address per (segment
+  // name, offset) for the whole process.
+#ifdef FLAGCX_TSAN
+  void released(const void *p) const;
+  void acquired(const void *p) const;
+#else
+  void released(const void *) const {}
+  void acquired(const void *) const {}
+#endif
 
  private:
   Segment() = default;

@@ -129,12 +129,15 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
 template <class Field>
 flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field field) {
   SmallShm *sm = s->small.get();
-  return waitUntil(s, what, [&] {
+  FLAGCX_CHECK(waitUntil(s, what, [&] {
     for (int q = 0; q < s->nranks; q++)
       if (q != s->rank && field(sm->lineB(q)).load(std::memory_order_acquire) < want)
         return flagcxInProgress;
     return flagcxSuccess;
-  });
+  }));
+  for (int q = 0; q < s->nranks; q++)
+    if (q != s->rank) sm->acquired(&field(sm->lineB(q)));
+  return flagcxSuccess;
 }
 
 // This call over the rings after all (every rank decides the same).
@@ -238,6 +241,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     sm->maps[static_cast<size_t>(q)].dropStale(dq.frees, word, kMaxMaps);
   }
   Phase *ph = sm->lineB(me);
+  sm->released(&ph->mapped);
   ph->mapped.store(word * 2 + (mapped ? 1 : 0), std::memory_order_release);
   FLAGCX_CHECK(waitPhase(s, what, word * 2, [](Phase *x) -> auto & { return x->mapped; }));
   for (int q = 0; q < n; q++)
@@ -339,6 +343,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
           FLAGCX_CHECK(copy(tmp + static_cast<size_t>(k - 1) * bytes,
                             send[(me + k) % n] + mine0, bytes));
         if (onDevice) FLAGCX_CHECK(dev->flush());
+        sm->released(&ph->read);
         ph->read.store(word, std::memory_order_release);
         FLAGCX_CHECK(waitPhase(s, what, word, [](Phase *x) -> auto & { return x->read; }));
         for (int k = 1; k < n; k++)
@@ -355,6 +360,7 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
   }
   if (onDevice) FLAGCX_CHECK(dev->flush());
   // 7. No peer touches this rank's buffers any more once every rank is done.
+  sm->released(&ph->done);
   ph->done.store(word, std::memory_order_release);
   return waitPhase(s, what, word, [](Phase *x) -> auto & { return x->done; });
 }

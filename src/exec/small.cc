@@ -245,6 +245,7 @@ void smallPublishOrdinary(ExecState *s, const CollItem &ci) {
   a->tag.store(collTag(ci.seq, ci.a.op, ci.a.dtype, opIsRooted(ci.a.op) ? ci.a.root : -1,
                        ci.a.count),
                std::memory_order_relaxed);
+  sm->released(&a->word);
   a->word.store(ci.seq + 1, std::memory_order_release);
 }
 
@@ -297,6 +298,7 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
   if (give) copyBytes(sm->data(me, p), src, give);
   mine->tag.store(tag, std::memory_order_relaxed);
   mine->shape.store(shape, std::memory_order_relaxed);
+  sm->released(&mine->word);
   mine->word.store(word, std::memory_order_release);
   sm->lastUse[p] = word;
   if (!waitForPeers) return flagcxSuccess;
@@ -312,6 +314,7 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
       Pub *ps = sm->slot(q, p);
       uint64_t w = ps->word.load(std::memory_order_acquire);
       if (w == word) {
+        sm->acquired(&ps->word);
         uint64_t t = ps->tag.load(std::memory_order_relaxed);
         if (t != tag) return blockMismatch(s, q, tag, t);
         uint64_t x = ps->shape.load(std::memory_order_relaxed);

@@ -98,11 +98,19 @@ struct SmallShm {
     return reinterpret_cast<Pub *>(rankBase(r) + 2 * kLine + static_cast<size_t>(p) * slotStride);
   }
   char *data(int r, int p) const { return reinterpret_cast<char *>(slot(r, p)) + kHeader; }
+  // ThreadSanitizer's view of the handshakes (Segment::released/acquired;
+  // nothing in other builds).
+  void released(const void *p) const { seg->released(p); }
+  void acquired(const void *p) const { seg->acquired(p); }
   // Newest word peer q has published anywhere.
   uint64_t newest(int q) const {
     uint64_t w = lineA(q)->word.load(std::memory_order_acquire);
     w = std::max(w, slot(q, 0)->word.load(std::memory_order_acquire));
-    return std::max(w, slot(q, 1)->word.load(std::memory_order_acquire));
+    w = std::max(w, slot(q, 1)->word.load(std::memory_order_acquire));
+    acquired(&lineA(q)->word);
+    acquired(&slot(q, 0)->word);
+    acquired(&slot(q, 1)->word);
+    return w;
   }
 };
 static_assert(sizeof(Phase) <= kLine);
