@@ -179,6 +179,7 @@ std::mt19937 &rng() {
 std::string runOnce(int nranks, bool shm, int sig, Phase phase, Figures *fig) {
   int victim = static_cast<int>(rng()() % static_cast<unsigned>(nranks));
   size_t bytes = (size_t(8) << 20) << (harness::envIs("REL_FULL", "1") ? rng()() % 3 : 0);
+  if (harness::kThreadSanitizer) bytes /= 8;  // harness.h
   int delayMs = phase == Phase::Init ? static_cast<int>(rng()() % 400)
                                      : static_cast<int>(rng()() % 1000);
   Shared *sh = harness::sharedBlock<Shared>();
