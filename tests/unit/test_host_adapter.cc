@@ -403,6 +403,51 @@ struct SlowWriter {
 };
 }  // namespace
 
+namespace {
+// A task that holds the stream's runner until released (at most 5 s).
+struct Gate {
+  std::atomic<bool> release{false};
+  std::atomic<bool> timedOut{false};
+  static flagcxResult_t run(void *p) {
+    auto *g = static_cast<Gate *>(p);
+    auto end = std::chrono::steady_clock::now() + 5s;
+    while (!g->release.load() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(1ms);
+    g->timedOut = !g->release.load();
+    return flagcxSuccess;
+  }
+};
+}  // namespace
+
+// A thread synchronizing on an event in the middle of a queue that the
+// worker runs gets woken once the event's entries are done, while the work
+// after it still runs: the runner wakes a waiter when its target is reached,
+// not only when it gives the stream up.  (The runner wakes waiters after a
+// batch of 16 entries, so the event ends a batch here: the worker claims
+// the sleeper alone, then the 15 tasks and the event.)
+TEST(HostEvent, SynchronizeReturnsWhileLaterWorkRuns) {
+  flagcxStream_t s;
+  ASSERT_EQ(H()->streamCreate(&s), flagcxSuccess);
+  flagcxEvent_t ev;
+  ASSERT_EQ(H()->eventCreate(&ev, flagcxEventDisableTiming), flagcxSuccess);
+  Sleeper sl;
+  sl.ms = 100ms;
+  ASSERT_EQ(hostAdapter()->enqueue(s, task(Sleeper::run, &sl)), flagcxSuccess);
+  ASSERT_TRUE(eventually([&] { return sl.started.load(); }));  // the worker runs the stream
+  std::atomic<int> hits{0};
+  for (int i = 0; i < 15; i++) ASSERT_EQ(hostAdapter()->enqueue(s, task(setFlag, &hits)), flagcxSuccess);
+  ASSERT_EQ(H()->eventRecord(ev, s), flagcxSuccess);
+  Gate gate;
+  ASSERT_EQ(hostAdapter()->enqueue(s, task(Gate::run, &gate)), flagcxSuccess);
+  EXPECT_EQ(H()->eventSynchronize(ev), flagcxSuccess);
+  EXPECT_EQ(hits.load(), 15);
+  EXPECT_FALSE(gate.timedOut.load()) << "the waiter was woken only when the gate gave up";
+  gate.release = true;
+  EXPECT_EQ(H()->streamSynchronize(s), flagcxSuccess);
+  EXPECT_FALSE(gate.timedOut.load());
+  ASSERT_EQ(H()->eventDestroy(ev), flagcxSuccess);
+  ASSERT_EQ(H()->streamDestroy(s), flagcxSuccess);
+}
+
 TEST(HostEvent, StreamWaitEventOrdersAcrossStreams) {
   flagcxStream_t a, b;
   ASSERT_EQ(H()->streamCreate(&a), flagcxSuccess);

@@ -13,7 +13,8 @@
 //    only a parked worker, once per park: a stream that is in use never pays
 //    for a wake-up, an idle one pays once.
 // A synchronizer that finds another thread running spins briefly, then sleeps
-// on doneCv; runners notify it only when someone is waiting.
+// on doneCv; runners notify it only when someone waits and, between batches,
+// only once the smallest target among the waiters is reached.
 #include "host_stream.h"
 
 #include <pthread.h>
@@ -49,8 +50,14 @@ int64_t nowNs() {
 
 using Lock = std::unique_lock<std::mutex>;
 
-void notifyWaiters(flagcxStream *s) {
-  if (s->waiters > 0) s->doneCv.notify_all();
+// After a batch: wake the synchronizers once one of them has its entries
+// done (not after every batch: with calls queued ahead, a waiter woken per
+// batch of 16 only goes back to sleep, a futex round trip and a context
+// switch on the core the runner needs).  When the runner role is released
+// (`always`) they are woken in any case: one of them may have to take it.
+void notifyWaiters(flagcxStream *s, bool always) {
+  if (s->waiters > 0 && (always || s->done.load(std::memory_order_relaxed) >= s->wakeAt))
+    s->doneCv.notify_all();
 }
 
 // Caller holds s->mu and has set s->running.  Runs entries, in order, until
@@ -84,7 +91,7 @@ void drainLocked(flagcxStream *s, Lock &lk, uint64_t target) {
       s->done.store(s->done.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     lk.lock();
-    notifyWaiters(s);
+    notifyWaiters(s, false);
   }
 }
 
@@ -94,7 +101,7 @@ bool tryRun(flagcxStream *s, Lock &lk, uint64_t target) {
   s->running.store(true, std::memory_order_relaxed);
   drainLocked(s, lk, target);
   s->running.store(false, std::memory_order_release);
-  notifyWaiters(s);
+  notifyWaiters(s, true);
   return true;
 }
 
@@ -157,8 +164,9 @@ flagcxResult_t syncUpTo(flagcxStream *s, uint64_t target) {
     if (s->done.load(std::memory_order_acquire) >= target || !s->running.load(std::memory_order_relaxed))
       continue;
     s->waiters++;
+    s->wakeAt = std::min(s->wakeAt, target);
     s->doneCv.wait(lk);
-    s->waiters--;
+    if (--s->waiters == 0) s->wakeAt = UINT64_MAX;
   }
   return static_cast<flagcxResult_t>(s->error.load(std::memory_order_relaxed));
 }

@@ -108,6 +108,7 @@ struct flagcxStream {
   std::atomic<uint64_t> done{0};          // entries finished (ran or skipped)
   std::atomic<bool> running{false};       // a thread holds the runner role
   int waiters = 0;                        // threads blocked on doneCv
+  uint64_t wakeAt = UINT64_MAX;           // the smallest `done` one of them waits for
   bool parked = false;                    // worker in an untimed wait: enqueue must notify
   bool wakeSent = false;                  // ... and has already been notified
   bool stop = false;
