@@ -24,14 +24,14 @@ namespace {
 // (a hash collision) only order more than they should, which can hide a
 // report but never make one.
 char g_keys[1 << 14];
-char *keyOf(const std::string &name, const void *base, const void *p) {
+char *keyOf(size_t nameHash, const void *base, const void *p) {
   size_t off = static_cast<size_t>(static_cast<const char *>(p) - static_cast<const char *>(base));
-  return &g_keys[(std::hash<std::string>()(name) + off / 8) % sizeof(g_keys)];
+  return &g_keys[(nameHash + off / 8) % sizeof(g_keys)];
 }
 }  // namespace
 
-void Segment::released(const void *p) const { __tsan_release(keyOf(name_, base_, p)); }
-void Segment::acquired(const void *p) const { __tsan_acquire(keyOf(name_, base_, p)); }
+void Segment::released(const void *p) const { __tsan_release(keyOf(nameHash_, base_, p)); }
+void Segment::acquired(const void *p) const { __tsan_acquire(keyOf(nameHash_, base_, p)); }
 #endif
 
 Segment::~Segment() {
@@ -94,6 +94,7 @@ flagcxResult_t Segment::map(int fd, size_t bytes) {
   }
   base_ = p;
   bytes_ = bytes;
+  nameHash_ = std::hash<std::string>()(name_);
   return flagcxSuccess;
 }
 

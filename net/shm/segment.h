@@ -4,19 +4,10 @@
 #pragma once
 #include <cstddef>
 #include <memory>
-#include <cstdint>
 #include <string>
 
+#include "base/sanitizers.h"
 #include "flagcx.h"
-
-// ThreadSanitizer builds (gcc: __SANITIZE_THREAD__, clang: the feature).
-#if defined(__SANITIZE_THREAD__)
-#define FLAGCX_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FLAGCX_TSAN 1
-#endif
-#endif
 
 namespace flagcx {
 
@@ -55,6 +46,7 @@ class Segment {
   void *base_ = nullptr;
   size_t bytes_ = 0;
   std::string name_;
+  size_t nameHash_ = 0;  // of name_, for released/acquired
   bool owner_ = false;
 };
 

@@ -42,7 +42,6 @@ struct Phase {
   std::atomic<uint64_t> read;     // word: it read what it needs of its peers (in-place alltoall)
 };
 
-// A peer allocation mapped into this process (shm_direct.cc).
 // What a rank publishes in its slot for a direct call: its buffers, as
 // this process sees them and as a sibling process maps them (host memory:
 // a memfd; device memory in direct mode: a CUDA IPC reference).

@@ -40,6 +40,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "base/sanitizers.h"
 #include "flagcx.h"
 
 namespace harness {
@@ -51,14 +52,8 @@ namespace harness {
 // the bound (measured, session 18: an 8 MiB allreduce at 8 ranks over
 // sockets drained for ~5 s after the signal, a 512 MiB buffer took long
 // enough to fill that the other rank's barrier ran into FLAGCX_TIMEOUT).
-#if defined(__SANITIZE_THREAD__)
+#ifdef FLAGCX_TSAN
 constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
 #else
 constexpr bool kThreadSanitizer = false;
 #endif

@@ -17,14 +17,8 @@ constexpr long kRssSlackKb = 32 * 1024;  // allocator caches, lazily loaded scri
 
 // Sanitizers keep freed memory in quarantine (and shadow it): RSS says
 // nothing about leaks there; LeakSanitizer judges the heap instead.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(FLAGCX_ASAN) || defined(FLAGCX_TSAN)  // base/sanitizers.h, through harness.h
 constexpr bool kCheckRss = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kCheckRss = false;
-#else
-constexpr bool kCheckRss = true;
-#endif
 #else
 constexpr bool kCheckRss = true;
 #endif

@@ -14,13 +14,17 @@ run() { # name tree op [env...]
   env "$@" timeout 90 $M/bin/mpiexec.hydra -n 2 $M/$tree/tools/perf/test_$op -b 64K -e 64M -f 4 -m 1 -r 0 --repeat 3 > $L/$name.log 2>&1
   echo "$name rc $? at $((SECONDS-T0))s" >> $L/env.txt
 }
+# SOCKET_VARIANTS: which of main helpers helpers2 lanes2 to run (default all);
+# SOCKET_LIMIT_S: no new round after this many seconds (default 480).
+variants=" ${SOCKET_VARIANTS:-main helpers helpers2 lanes2} "
+want() { [[ $variants == *" $1 "* ]]; }
 for r in 1 2 3; do
   for op in allreduce broadcast; do
-    [ $((SECONDS-T0)) -gt 480 ] && break 2
-    run $op-main-r$r main $op
-    run $op-helpers-r$r helpers $op FLAGCX_SOCKET_HELPER_BYTES=65536
-    run $op-helpers2-r$r helpers $op FLAGCX_SOCKET_HELPER_BYTES=65536 FLAGCX_SOCKET_NTHREADS=2
-    run $op-lanes2-r$r main $op FLAGCX_SOCKET_NTHREADS=2
+    [ $((SECONDS-T0)) -gt ${SOCKET_LIMIT_S:-480} ] && break 2
+    want main && run $op-main-r$r main $op
+    want helpers && run $op-helpers-r$r helpers $op FLAGCX_SOCKET_HELPER_BYTES=65536
+    want helpers2 && run $op-helpers2-r$r helpers $op FLAGCX_SOCKET_HELPER_BYTES=65536 FLAGCX_SOCKET_NTHREADS=2
+    want lanes2 && run $op-lanes2-r$r main $op FLAGCX_SOCKET_NTHREADS=2
   done
 done
 cat $L/env.txt

@@ -1,26 +1,5 @@
 #!/usr/bin/env bash
-# session 18 (a trimmed copy of session16-gpu/socket-cores.sh), device call (CPU only): sockets on a machine with spare cores.  MPICH 4.0.2 (the
-# VM's, carried with its UCX in .carry/mpi-bench.tgz) over TCP against flagcx main and the
-# session-14 helper-thread prototype rebased on main; 2 ranks, interleaved launches.
-set -u
-cd "$(dirname "$0")/../../.."
-L=$OUT; mkdir -p $L; T0=$SECONDS
-mkdir -p /tmp/mbx && tar xzf .carry/mpi-bench.tgz -C /tmp/mbx; M=/tmp/mbx/mb
-export LD_LIBRARY_PATH=$M/lib PATH=$M/bin:$PATH FLAGCX_DATA_DIR=$PWD
-export FLAGCX_SHM_DISABLE=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo
-{ echo "host $(uname -n) nproc $(nproc)"; lscpu | grep -E "Model name|^CPU\(s\)|NUMA node\(s\)|Thread"; uname -r; } > $L/env.txt
-run() { # name tree op [env...]
-  local name=$1 tree=$2 op=$3; shift 3
-  env "$@" timeout 90 $M/bin/mpiexec.hydra -n 2 $M/$tree/tools/perf/test_$op -b 64K -e 64M -f 4 -m 1 -r 0 --repeat 3 > $L/$name.log 2>&1
-  echo "$name rc $? at $((SECONDS-T0))s" >> $L/env.txt
-}
-for r in 1 2 3; do
-  for op in allreduce broadcast; do
-    [ $((SECONDS-T0)) -gt 400 ] && break 2
-    run $op-main-r$r main $op
-    run $op-helpers-r$r helpers $op FLAGCX_SOCKET_HELPER_BYTES=65536
-    run $op-lanes2-r$r main $op FLAGCX_SOCKET_NTHREADS=2
-  done
-done
-cat $L/env.txt
-for f in $L/*-r*.log; do echo "## $(basename $f)"; grep -E "^ +[0-9]" $f | awk '{print $1, $6, $11, $NF}'; done
+# session 18: session 16's socket run trimmed to fit one device call (~400 s): flagcx main, the
+# helper-thread build and two lanes against MPICH over TCP, 3 interleaved rounds.
+SOCKET_VARIANTS="main helpers lanes2" SOCKET_LIMIT_S=400 \
+  exec bash "$(dirname "$0")/../session16-gpu/socket-cores.sh"
