@@ -12,7 +12,10 @@
 // send/receive helpers per connection, the engine sleeping in poll()):
 // 0.6-0.8x of this polling design on 2 cores; the prototype is
 // docs/perf-data/session14-host/socket-helpers.patch, for a host with
-// spare cores (docs/PERFORMANCE.md "Session 14").
+// spare cores (docs/PERFORMANCE.md "Session 14").  Lending the sender's
+// pages to the kernel instead of copying them (vmsplice + splice, the
+// receiver acknowledging on a control connection) measured 1.4-1.8x slower
+// on loopback: docs/perf-data/session19-host/socket-zerocopy.patch, "Session 19".
 //
 // Set-up: each rank listens on findLocalAddress() (FLAGCX_SOCKET_IFNAME /
 // FAMILY) port 0 and sends its address to each peer through the bootstrap.
