@@ -472,6 +472,45 @@ TEST(HostEvent, StreamWaitEventOrdersAcrossStreams) {
   ASSERT_EQ(H()->streamDestroy(b), flagcxSuccess);
 }
 
+// A quick task that runs inline on a stream whose worker is parked must not
+// use up the worker's wake-up: work queued after it still starts without a
+// synchronize.  (It stayed queued until someone synchronized the stream.)
+TEST(HostStream, QuickTaskInlineLeavesParkedWorkerWakeable) {
+  flagcxStream_t s;
+  ASSERT_EQ(H()->streamCreate(&s), flagcxSuccess);
+  std::this_thread::sleep_for(150ms);  // the worker parks
+  std::atomic<int> hits{0};
+  StreamTask quick = task(setFlag, &hits);
+  quick.quick = true;
+  ASSERT_EQ(hostAdapter()->enqueue(s, quick), flagcxSuccess);
+  EXPECT_EQ(hits.load(), 1) << "a quick task on an idle stream runs on the caller's thread";
+  ASSERT_EQ(hostAdapter()->enqueue(s, task(setFlag, &hits)), flagcxSuccess);
+  EXPECT_TRUE(eventually([&] { return hits.load() == 2; })) << "queued work never started";
+  ASSERT_EQ(H()->streamDestroy(s), flagcxSuccess);
+}
+
+// An event recorded on a busy stream, then re-recorded on another and
+// destroyed once that one completes: the first marker runs later and must
+// not touch freed memory (ASan builds report it; CUDA allows the sequence).
+TEST(HostEvent, DestroyWithAnEarlierRecordStillQueued) {
+  flagcxStream_t a, b;
+  ASSERT_EQ(H()->streamCreate(&a), flagcxSuccess);
+  ASSERT_EQ(H()->streamCreate(&b), flagcxSuccess);
+  flagcxEvent_t e;
+  ASSERT_EQ(H()->eventCreate(&e, flagcxEventDefault), flagcxSuccess);
+  Gate gate;
+  ASSERT_EQ(hostAdapter()->enqueue(a, task(Gate::run, &gate)), flagcxSuccess);
+  ASSERT_EQ(H()->eventRecord(e, a), flagcxSuccess);
+  ASSERT_EQ(H()->eventRecord(e, b), flagcxSuccess);
+  ASSERT_EQ(H()->streamSynchronize(b), flagcxSuccess);
+  ASSERT_EQ(H()->eventDestroy(e), flagcxSuccess);
+  gate.release = true;
+  EXPECT_EQ(H()->streamSynchronize(a), flagcxSuccess);
+  EXPECT_FALSE(gate.timedOut.load());
+  ASSERT_EQ(H()->streamDestroy(a), flagcxSuccess);
+  ASSERT_EQ(H()->streamDestroy(b), flagcxSuccess);
+}
+
 // ---- IPC across processes ----
 
 namespace {

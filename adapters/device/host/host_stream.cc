@@ -180,13 +180,25 @@ bool progressUpTo(flagcxStream *s, uint64_t target) {
   return s->done.load(std::memory_order_acquire) >= target;
 }
 
-void markComplete(flagcxEvent *e, uint64_t gen) {
+// Drops one reference to e (its owner's or a queued marker's); the last frees it.
+void eventRelease(flagcxEvent *e) {
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    e->magic.store(0, std::memory_order_relaxed);
+    delete e;
+  }
+}
+
+// A marker ran: `gen` is complete.  `queued` markers hold a reference to
+// the event (an earlier record on another stream may run after the event's
+// owner destroyed it) and drop it here, last.
+void markComplete(flagcxEvent *e, uint64_t gen, bool queued) {
   if (gen == e->recorded.load(std::memory_order_relaxed) && e->timing)
     e->stampNs.store(nowNs(), std::memory_order_relaxed);
   uint64_t c = e->completed.load(std::memory_order_relaxed);
   while (c < gen && !e->completed.compare_exchange_weak(c, gen, std::memory_order_release,
                                                         std::memory_order_relaxed)) {
   }
+  if (queued) eventRelease(e);
 }
 
 bool eventDone(const flagcxEvent *e) {
@@ -219,7 +231,7 @@ flagcxResult_t runEntry(const Entry &e) {
       return hostDivide(e.divide.dst, e.divide.src, e.divide.count, e.divide.dtype,
                         e.divide.divisor);
     case Entry::EventRecord:
-      markComplete(e.ev.event, e.ev.gen);
+      markComplete(e.ev.event, e.ev.gen, true);
       return flagcxSuccess;
     case Entry::EventWait:
       // The event's marker is entry `ticket` of its stream: drive that stream
@@ -281,8 +293,12 @@ flagcxResult_t enqueue(flagcxStream *s, const Entry &e, bool runIfIdle) {
     bool idle = runIfIdle && s->head == s->tail && !s->running.load(std::memory_order_relaxed);
     wake = enqueueLocked(s, e);
     if (idle) {
+      // The entry runs here, so the wake-up is not sent: the parked worker
+      // must stay wakeable, or every later enqueue would count on a wake-up
+      // that never came and queued work would wait for a synchronize.
+      if (wake) s->wakeSent = false;
+      wake = false;
       tryRun(s, lk, s->tail);
-      wake = false;  // nothing left for the worker
     }
   }
   if (wake) s->workCv.notify_one();
@@ -321,10 +337,11 @@ flagcxResult_t eventCreate(flagcxEvent **out, bool timing) {
 }
 
 flagcxResult_t eventDestroy(flagcxEvent *e) {
-  // A pending marker still points at the event: let it run first.
+  // The latest record completes first (as before); markers of earlier
+  // records on other streams may still be queued and free the event last.
   eventSynchronize(e);
   e->magic.store(0, std::memory_order_relaxed);
-  delete e;
+  eventRelease(e);
   return flagcxSuccess;
 }
 
@@ -334,7 +351,7 @@ flagcxResult_t eventRecord(flagcxEvent *e, flagcxStream *s) {
   if (!s) {  // the NULL stream: everything before is already done
     e->stream.store(nullptr, std::memory_order_relaxed);
     e->recorded.store(gen, std::memory_order_release);
-    markComplete(e, gen);
+    markComplete(e, gen, false);
     return flagcxSuccess;
   }
   Entry entry{};
@@ -342,6 +359,7 @@ flagcxResult_t eventRecord(flagcxEvent *e, flagcxStream *s) {
   entry.ev.event = e;
   entry.ev.gen = gen;
   bool wake;
+  e->refs.fetch_add(1, std::memory_order_relaxed);  // the marker's, dropped when it runs
   {
     Lock lk(s->mu);
     e->stream.store(s, std::memory_order_relaxed);

@@ -127,4 +127,5 @@ struct flagcxEvent {
   std::atomic<flagcxStream *> stream{nullptr};  // where the latest record was queued
   std::atomic<uint64_t> ticket{0};        // ... and the stream position that completes it
   std::atomic<int64_t> stampNs{0};        // steady clock at completion
+  std::atomic<int> refs{1};               // the owner's + one per queued marker
 };
