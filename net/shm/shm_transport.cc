@@ -67,7 +67,7 @@ struct RingCtl {
   std::atomic<uint32_t> producerClosed;
   std::atomic<uint32_t> consumerClosed;
   uint64_t ownerMagicAddr;               // &magic in the consumer's address space
-  std::atomic<uint32_t> pullOk;          // producer could read the consumer's memory
+  std::atomic<uint32_t> pullOk;          // consumer can read the producer's memory (its probe)
   alignas(64) std::atomic<uint64_t> pulls;  // rendezvous messages the consumer pulled
 };
 static_assert(sizeof(RingCtl) <= kCtlBytes);
@@ -93,7 +93,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 class ShmPipe final : public Pipe {
  public:
   ShmPipe(PeerDesc desc, pid_t peerPid, std::shared_ptr<Segment> txSeg, RingCtl *tx,
-          std::shared_ptr<Segment> rxSeg, RingCtl *rx, bool canPull)
+          std::shared_ptr<Segment> rxSeg, RingCtl *rx, uint64_t ringBytes, bool canPull)
       : canPull_(canPull),
         desc_(std::move(desc)),
         peerPid_(peerPid),
@@ -103,8 +103,9 @@ class ShmPipe final : public Pipe {
         rx_(rx),
         txData_(reinterpret_cast<char *>(tx) + kCtlBytes),
         rxData_(reinterpret_cast<char *>(rx) + kCtlBytes),
-        txSize_(tx->size),
-        rxSize_(rx->size) {
+        // The size checked at set-up, never re-read: the peer can write both rings' headers.
+        txSize_(ringBytes),
+        rxSize_(ringBytes) {
     txTail_ = tx_->tail.load(std::memory_order_relaxed);
     txHead_ = tx_->head.load(std::memory_order_acquire);
     rxHead_ = rx_->head.load(std::memory_order_relaxed);
@@ -407,14 +408,19 @@ class ShmTransport final : public Transport {
           } else {
             r->producerPid.store(getpid(), std::memory_order_release);
             // Can we read the peer's memory (same user, no ptrace lock-down)?
-            // Then large messages go single-copy (FLAGCX_SHM_PULL).
+            // Then the peer's large messages to us go single-copy
+            // (FLAGCX_SHM_PULL): we pull them.  So the answer goes into the
+            // ring we receive on, whose producer (the peer) reads it after
+            // the acknowledgements below.  It can differ per direction
+            // (one rank non-dumpable, or Yama's ptrace_scope=1 and one rank
+            // an ancestor of the other).
             uint64_t probe = 0;
             iovec local{&probe, sizeof probe};
             iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
             bool ok = paramInt(Param::SHM_PULL) != 0 &&
                       process_vm_readv(p.msg.pid, &local, 1, &far, 1, 0) == sizeof probe &&
                       probe == kRingMagic;
-            r->pullOk.store(ok ? 1 : 0, std::memory_order_release);
+            ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
           }
         }
       }
@@ -444,8 +450,9 @@ class ShmTransport final : public Transport {
         d.host = bs.peers().size() > static_cast<size_t>(p.rank) ? bs.peers()[p.rank].host : "?";
         std::vector<std::unique_ptr<Pipe>> lanes;
         RingCtl *tx = ringAt(*p.theirs, c, ringBytes);
+        // tx->pullOk: whether the peer can read this rank's memory (its probe).
         lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, tx, p.mine,
-                                                  ringAt(*p.mine, c, ringBytes),
+                                                  ringAt(*p.mine, c, ringBytes), ringBytes,
                                                   tx->pullOk.load(std::memory_order_acquire) != 0));
         out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes)));
       }

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -506,6 +507,34 @@ TEST_P(NetTest, PingPong) {
 
 // A rank killed in the middle of shm set-up (its segment created, the peer
 // never answering) leaves a name in /dev/shm; the next set-up removes it.
+// Single-copy pull where only one rank may read the other (here: both run
+// as an unprivileged user and rank 0 is not dumpable, so rank 1 cannot read
+// it, while rank 0 can read rank 1).  Each direction must decide by whether
+// its *receiver* can read the sender: rank 1's messages go by pull, rank 0's
+// are copied.  (The probe result once went to the other direction: rank 1
+// tried to pull from rank 0 and failed with EPERM.)  Needs root to switch users.
+TEST(NetShm, PullOnlyWhereTheReceiverCanRead) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the ranks as another user";
+  auto out = harness::run(2, [&](int rank, int nranks, flagcxUniqueId *id) {
+    int failures = 0;
+    RANK_CHECK(setgid(65534) == 0 && setuid(65534) == 0, "cannot become uid 65534");
+    prctl(PR_SET_DUMPABLE, rank == 0 ? 0 : 1);
+    RankNet s;
+    if (!setup(&s, "shm", rank, nranks, id)) return 1;
+    Conn *c = s.to(1 - rank);
+    const size_t n = (1u << 20) + 3;
+    std::vector<uint8_t> sb(n), rb(n, 0);
+    fill(sb, rank, 1 - rank, 0);
+    std::vector<Pending> reqs{{c, -1}, {c, -1}};
+    RANK_EXPECT(c->isend(sb.data(), n, 7, &reqs[0].req) == flagcxSuccess, "isend");
+    RANK_EXPECT(c->irecv(rb.data(), n, 7, &reqs[1].req) == flagcxSuccess, "irecv");
+    RANK_EXPECT(waitAll(reqs, 30) == flagcxSuccess, "exchange failed");
+    RANK_EXPECT(firstBad(rb, n, 1 - rank, rank, 0) == SIZE_MAX, "received bytes wrong");
+    return failures;
+  }, {{{"FLAGCX_TIMEOUT", "10"}, {"FLAGCX_SHM_PULL", "1"}}}, kDeadline);
+  expectAllPassed(out, "one-way ptrace");
+}
+
 TEST(NetShm, OrphanSegmentRemovedBySetUp) {
   auto out = harness::run(2, [&](int rank, int nranks, flagcxUniqueId *id) {
     int failures = 0;
