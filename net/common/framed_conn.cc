@@ -18,6 +18,9 @@ constexpr auto kLiveCheckEvery = std::chrono::milliseconds(50);
 // A gap this long between two progress calls means the caller was not
 // waiting; the stall clock restarts instead of counting it.
 constexpr auto kCallerGap = std::chrono::seconds(1);
+// After a peer's error frame on a Conn of several lanes: how long the other
+// lanes may bring nothing before the frame takes effect.
+constexpr auto kGaveUpGrace = std::chrono::milliseconds(100);
 }  // namespace
 
 int stripeCount(uint64_t length, int nlanes) {
@@ -275,7 +278,7 @@ uint64_t FramedConn::inboundTag() const {
 
 flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
   for (;;) {
-    if (l.closed) return flagcxSuccess;
+    if (l.closed || (li == 0 && gaveUpPending_)) return flagcxSuccess;
     size_t got = 0;
     bool closed = false;
     if (!l.rHdrReady) {
@@ -286,19 +289,33 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
       l.rHdrGot += got;
       if (l.rHdrGot < sizeof(FrameHeader)) {
         if (closed) {
+          // Lanes close one by one: a lane at a frame boundary may close
+          // while another still carries stripes of messages sent before.
           l.closed = true;
-          peerClosed_ = true;
+          anyLaneClosed_ = true;
+          if (li == 0) peerClosed_ = true;  // lane 0 heads every message: no more come
           collectPullAcks(moved);  // it may have acknowledged just before leaving
-          if (pending_ > 0 || l.rHdrGot > 0) {
-            WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d lane %d: peer closed the connection with %d request(s) pending",
-                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, pending_);
+          if (l.rHdrGot > 0) {
+            WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection inside a frame header",
+                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li);
             return fail(flagcxRemoteError);
           }
+          FLAGCX_CHECK(closedLanesCheck());
         }
         return flagcxSuccess;
       }
-      if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0)
-        return peerGaveUp(l.rHdr);
+      if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0) {
+        if (lanes_.size() == 1) return peerGaveUp(l.rHdr);
+        // Other lanes may still carry stripes of messages whose headers came
+        // before the frame: those messages were sent whole and are delivered
+        // first (see progress()).
+        gaveUpHdr_ = l.rHdr;
+        gaveUpPending_ = true;
+        gaveUpBefore_ = l.rAny ? l.rLastSeq + 1 : 0;
+        gaveUpAt_ = Clock::now();
+        *moved = true;
+        return flagcxSuccess;
+      }
       if (l.rHdr.version == kFrameVersionPull) {
         while (l.rNoteGot < sizeof(l.rNote)) {
           flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rNote) + l.rNoteGot,
@@ -307,7 +324,8 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
           if (got == 0) {
             if (closed) {
               l.closed = true;
-              peerClosed_ = true;
+              anyLaneClosed_ = true;
+              if (li == 0) peerClosed_ = true;
               WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: peer closed the connection inside a frame header",
                    kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel);
               return fail(flagcxRemoteError);
@@ -345,7 +363,8 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
       if (l.rDone < l.rLen) {
         if (closed) {
           l.closed = true;
-          peerClosed_ = true;
+          anyLaneClosed_ = true;
+          if (li == 0) peerClosed_ = true;
           WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection during message #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe received)",
                kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.rHdr.seq,
                l.rDone, l.rLen);
@@ -366,6 +385,32 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
     l.rPull = false;
     l.rSlot = -1;
   }
+}
+
+// A lane closed at a frame boundary: fail if pending work needs it.  Sends
+// cannot complete once the peer closes; a receive can if every lane that
+// carries a stripe of it delivered that stripe before closing.
+flagcxResult_t FramedConn::closedLanesCheck() {
+  const char *why = nullptr;
+  uint64_t seq = 0;
+  for (int k = 0; k < sendQ_.count && !why; k++) {
+    const Req &r = reqs_[sendQ_.slots[(sendQ_.head + k) % kMaxPosted]];
+    if (!r.done) why = "send", seq = r.seq;
+  }
+  for (int k = 0; k < recvQ_.count && !why; k++) {
+    const Req &r = reqs_[recvQ_.slots[(recvQ_.head + k) % kMaxPosted]];
+    if (r.done) continue;
+    int need = r.stripes == 0 ? 1 : r.stripes;  // no header yet: lane 0 must bring it
+    for (int li = 0; li < need && !why; li++) {
+      const Lane &l = lanes_[static_cast<size_t>(li)];
+      bool delivered = l.rAny && l.rLastSeq >= r.seq && l.rSlot < 0;
+      if (l.closed && !delivered) why = "receive", seq = r.seq;
+    }
+  }
+  if (!why) return flagcxSuccess;
+  WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer closed the connection with %d request(s) pending (%s #%" PRIu64 ")",
+       kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_, why, seq);
+  return fail(flagcxRemoteError);
 }
 
 flagcxResult_t FramedConn::lanesAlive() {
@@ -469,6 +514,19 @@ flagcxResult_t FramedConn::progress() {
     FLAGCX_CHECK(progressRecv(lanes_[i], static_cast<int>(i), &moved));
   }
   collectPullAcks(&moved);
+  if (anyLaneClosed_) FLAGCX_CHECK(closedLanesCheck());
+  if (gaveUpPending_) {
+    // The peer's error frame waits until the messages headed before it are
+    // in (or the other lanes bring nothing for a moment: the peer gave up
+    // before sending all their stripes).
+    bool before = false;
+    for (int k = 0; k < recvQ_.count && !before; k++) {
+      const Req &r = reqs_[recvQ_.slots[(recvQ_.head + k) % kMaxPosted]];
+      before = !r.done && r.seq < gaveUpBefore_;
+    }
+    if (moved) gaveUpAt_ = Clock::now();
+    if (!before || Clock::now() - gaveUpAt_ > kGaveUpGrace) return peerGaveUp(gaveUpHdr_);
+  }
   if (pending_ == 0) return flagcxSuccess;
   if (moved) {
     moveStamped_ = false;  // restamped lazily on the next idle call

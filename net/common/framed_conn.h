@@ -183,6 +183,7 @@ class FramedConn final : public Conn {
   flagcxResult_t fail(flagcxResult_t code);
   flagcxResult_t idle();
   flagcxResult_t lanesAlive();  // every lane's pipe: its peer still there (one WARN if not)
+  flagcxResult_t closedLanesCheck();  // a closed lane that pending work still needs: fail
   const char *dirName(Kind k) const { return k == Kind::Send ? "send" : "recv"; }
 
   const char *kind_;
@@ -201,11 +202,17 @@ class FramedConn final : public Conn {
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
   bool poisoned_ = false;  // an error frame went out (see poison())
+  bool anyLaneClosed_ = false;
+  // A peer's error frame read on lane 0 of a several-lane Conn, not yet in
+  // effect: messages numbered below gaveUpBefore_ may still be completing.
+  bool gaveUpPending_ = false;
+  FrameHeader gaveUpHdr_{};
+  uint64_t gaveUpBefore_ = 0;
   uint64_t peerGaveUpOn_ = 0;  // the peer's call named in its error frame
   Mismatch mismatch_;          // set when this Conn found mismatched calls
   // Stall and liveness tracking (see idle()).
   using Clock = std::chrono::steady_clock;
-  Clock::time_point lastMove_{}, lastIdleCall_{}, lastLiveCheck_{};
+  Clock::time_point lastMove_{}, lastIdleCall_{}, lastLiveCheck_{}, gaveUpAt_{};
   bool moveStamped_ = false;
   int64_t timeoutSec_ = 600;
 };

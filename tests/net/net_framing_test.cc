@@ -218,6 +218,80 @@ TEST(NetFraming, MessageBeforeErrorFrameIsDelivered) {
   EXPECT_FALSE(done);
 }
 
+// Several lanes: a message striped over all of them, then the sender's error
+// frame on lane 0.  The frame may be read before the other lanes' stripes;
+// the message was sent whole and is still delivered, then the Conn fails
+// with the peer's code.
+TEST(NetFraming, StripedMessageBeforeErrorFrameIsDelivered) {
+  for (int lanes : {2, 3}) {
+    Pair p = makePair(lanes);
+    const size_t n = 768 * 1024 + 5;
+    std::vector<uint8_t> src(n), dst(n, 0), more(16);
+    for (size_t i = 0; i < n; i++) src[i] = static_cast<uint8_t>(i * 7 + (i >> 9));
+    int s, r1, r2;
+    ASSERT_EQ(p.b->irecv(dst.data(), dst.size(), 5, &r1), flagcxSuccess);
+    ASSERT_EQ(p.b->irecv(more.data(), more.size(), 6, &r2), flagcxSuccess);
+    ASSERT_EQ(p.a->isend(src.data(), src.size(), 5, &s), flagcxSuccess);
+    bool sent = false;
+    for (int i = 0; i < 100000 && !sent; i++) ASSERT_EQ(p.a->test(s, &sent, nullptr), flagcxSuccess);
+    ASSERT_TRUE(sent);
+    const uint64_t theirCall = 0xC000000000000006ull;
+    p.a->poison(flagcxInvalidUsage, theirCall, 0);
+    flagcxResult_t rc = flagcxSuccess;
+    bool done = false;
+    size_t got = 0;
+    for (int i = 0; i < 100000 && rc == flagcxSuccess && !done; i++) rc = p.b->test(r1, &done, &got);
+    EXPECT_EQ(rc, flagcxSuccess) << lanes << " lanes";
+    EXPECT_TRUE(done) << lanes << " lanes";
+    EXPECT_EQ(got, n);
+    EXPECT_TRUE(dst == src) << lanes << " lanes";
+    rc = flagcxSuccess;
+    for (int i = 0; i < 100000 && rc == flagcxSuccess; i++) rc = p.b->progress();
+    EXPECT_EQ(rc, flagcxInvalidUsage);
+    EXPECT_EQ(p.b->peerGaveUpOn(), theirCall);
+    EXPECT_EQ(p.b->test(r2, &done, nullptr), flagcxInvalidUsage);
+  }
+}
+
+// Several lanes: the sender completes a striped message and closes.  Lanes
+// see their end one by one; one that closes while another still carries the
+// message's stripe is no error, and a message whose receive is posted only
+// after some lanes closed is still delivered.  Afterwards receives fail.
+TEST(NetFraming, PeerClosedAfterStripedMessages) {
+  for (int lanes : {2, 3}) {
+    Pair p = makePair(lanes);
+    const size_t n = (1u << 20) + 3;
+    std::vector<uint8_t> big(n), dst(n, 0), small(100, 9), dst2(100, 0), dst3(8);
+    for (size_t i = 0; i < n; i++) big[i] = static_cast<uint8_t>(i * 13 + (i >> 10));
+    int s1, s2, r1, r2, r3;
+    ASSERT_EQ(p.b->irecv(dst.data(), n, 1, &r1), flagcxSuccess);
+    ASSERT_EQ(p.a->isend(big.data(), n, 1, &s1), flagcxSuccess);
+    ASSERT_EQ(p.a->isend(small.data(), small.size(), 2, &s2), flagcxSuccess);
+    bool d1 = false, d2 = false;
+    for (int i = 0; i < 100000 && !(d1 && d2); i++) {
+      if (!d1) ASSERT_EQ(p.a->test(s1, &d1, nullptr), flagcxSuccess);
+      if (!d2) ASSERT_EQ(p.a->test(s2, &d2, nullptr), flagcxSuccess);
+    }
+    ASSERT_TRUE(d1 && d2);
+    p.a.reset();  // every lane of the sender closes
+    bool done = false;
+    flagcxResult_t rc = flagcxSuccess;
+    for (int i = 0; i < 100000 && rc == flagcxSuccess && !done; i++) rc = p.b->test(r1, &done, nullptr);
+    EXPECT_EQ(rc, flagcxSuccess) << lanes << " lanes";
+    EXPECT_TRUE(done && dst == big) << lanes << " lanes";
+    for (int i = 0; i < 50; i++) p.b->progress();  // the lanes that carry nothing more see their end
+    ASSERT_EQ(p.b->irecv(dst2.data(), dst2.size(), 2, &r2), flagcxSuccess) << lanes << " lanes";
+    done = false;
+    rc = flagcxSuccess;
+    for (int i = 0; i < 100000 && rc == flagcxSuccess && !done; i++) rc = p.b->test(r2, &done, nullptr);
+    EXPECT_EQ(rc, flagcxSuccess) << lanes << " lanes";
+    EXPECT_TRUE(done && dst2 == small) << lanes << " lanes";
+    rc = p.b->irecv(dst3.data(), dst3.size(), 3, &r3);
+    for (int i = 0; i < 100000 && rc == flagcxSuccess; i++) rc = p.b->test(r3, &done, nullptr);
+    EXPECT_EQ(rc, flagcxRemoteError) << lanes << " lanes";
+  }
+}
+
 TEST(NetFraming, RequestLimitAndBadHandles) {
   Pair p = makePair(1);
   char c;
