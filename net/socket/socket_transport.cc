@@ -22,9 +22,12 @@
 // The lower rank of a pair connects, the higher accepts; every data
 // connection proves the unique id's secret (handshake kind 3) and names
 // (rank, channel*lanes + lane) in its hello.  Accepted connections are held
-// in a poll set until their hello arrives, so a silent or garbage-sending
-// foreign client never delays the real ones; it is logged and dropped.  The
-// listener is closed once every expected connection has arrived.
+// in a poll set until their hello arrives, so a silent foreign client never
+// delays the real ones; it is logged and dropped.  Known limit: the
+// handshake itself runs to completion once a client has sent its first
+// byte, so one that sends part of a hello and stops holds set-up up to 5 s
+// (serverHandshake's bound), each such client in turn.  The listener is
+// closed once every expected connection has arrived.
 #include "net/socket/socket_transport.h"
 
 #include <poll.h>
