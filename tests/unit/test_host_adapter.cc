@@ -489,6 +489,25 @@ TEST(HostStream, QuickTaskInlineLeavesParkedWorkerWakeable) {
   ASSERT_EQ(H()->streamDestroy(s), flagcxSuccess);
 }
 
+// Work queued on a parked stream and synchronized at once is usually run by
+// the synchronizing thread before the notified worker gets the CPU; that
+// worker must stay wakeable, or work queued next (not synchronized) waits.
+TEST(HostStream, SynchronizeBeforeTheWorkerWakesLeavesItWakeable) {
+  flagcxStream_t s;
+  ASSERT_EQ(H()->streamCreate(&s), flagcxSuccess);
+  std::atomic<int> hits{0};
+  for (int round = 1; round <= 10; round++) {
+    std::this_thread::sleep_for(50ms);  // the worker parks
+    ASSERT_EQ(hostAdapter()->enqueue(s, task(setFlag, &hits)), flagcxSuccess);
+    ASSERT_EQ(H()->streamSynchronize(s), flagcxSuccess);
+    std::this_thread::sleep_for(5ms);  // the worker wakes, finds nothing, sleeps again
+    ASSERT_EQ(hostAdapter()->enqueue(s, task(setFlag, &hits)), flagcxSuccess);
+    ASSERT_TRUE(eventually([&] { return hits.load() == 2 * round; }))
+        << "round " << round << ": queued work never started";
+  }
+  ASSERT_EQ(H()->streamDestroy(s), flagcxSuccess);
+}
+
 // An event recorded on a busy stream, then re-recorded on another and
 // destroyed once that one completes: the first marker runs later and must
 // not touch freed memory (ASan builds report it; CUDA allows the sequence).

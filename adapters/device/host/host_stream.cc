@@ -143,7 +143,14 @@ void workerMain(flagcxStream *s) {
     } else {
       s->parked = true;
       s->wakeSent = false;
-      s->workCv.wait(lk, [s] { return s->head < s->tail || s->stop; });
+      // Every wake-up consumes the one notify in flight: if a synchronizer
+      // ran the queued work before this thread got the CPU, the next enqueue
+      // must notify again (with wakeSent left set, none would, and queued
+      // work would wait for a synchronize).
+      while (s->head == s->tail && !s->stop) {
+        s->workCv.wait(lk);
+        s->wakeSent = false;
+      }
       s->parked = false;
     }
   }
