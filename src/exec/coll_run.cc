@@ -136,15 +136,14 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   size_t ts = dtypeSize(a.dtype);
   if (a.count == 0 && a.op != OpKind::Barrier && a.op != OpKind::AlltoAllv) return flagcxSuccess;
   const size_t *sc = nullptr, *sd = nullptr, *rc = nullptr, *rd = nullptr;
-  size_t recvTotal = 0;
   if (a.op == OpKind::AlltoAllv) {
     sc = ci.v.data();
     sd = sc + n;
     rc = sd + n;
     rd = rc + n;
-    size_t sendTotal = 0;
-    for (int p = 0; p < n; p++) sendTotal += sc[p], recvTotal += rc[p];
-    if (sendTotal == 0 && recvTotal == 0) return flagcxSuccess;
+    // A rank with nothing to send or receive still runs the schedule: the
+    // others exchange (empty) messages with it, and that rank's view alone
+    // cannot tell that nobody needs it.
   }
   size_t selectBytes = a.count * ts;
   const Schedule *sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
