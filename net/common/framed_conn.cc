@@ -394,11 +394,11 @@ flagcxResult_t FramedConn::closedLanesCheck() {
   const char *why = nullptr;
   uint64_t seq = 0;
   for (int k = 0; k < sendQ_.count && !why; k++) {
-    const Req &r = reqs_[sendQ_.slots[(sendQ_.head + k) % kMaxPosted]];
+    const Req &r = reqs_[sendQ_.nth(k)];
     if (!r.done) why = "send", seq = r.seq;
   }
   for (int k = 0; k < recvQ_.count && !why; k++) {
-    const Req &r = reqs_[recvQ_.slots[(recvQ_.head + k) % kMaxPosted]];
+    const Req &r = reqs_[recvQ_.nth(k)];
     if (r.done) continue;
     int need = r.stripes == 0 ? 1 : r.stripes;  // no header yet: lane 0 must bring it
     for (int li = 0; li < need && !why; li++) {
@@ -521,7 +521,7 @@ flagcxResult_t FramedConn::progress() {
     // before sending all their stripes).
     bool before = false;
     for (int k = 0; k < recvQ_.count && !before; k++) {
-      const Req &r = reqs_[recvQ_.slots[(recvQ_.head + k) % kMaxPosted]];
+      const Req &r = reqs_[recvQ_.nth(k)];
       before = !r.done && r.seq < gaveUpBefore_;
     }
     if (moved) gaveUpAt_ = Clock::now();

@@ -146,6 +146,7 @@ class FramedConn final : public Conn {
     uint64_t frontSeq = 0;  // seq of slots[head]
     uint64_t nextSeq = 0;   // seq the next post gets
     int at(uint64_t seq) const { return slots[(head + (seq - frontSeq)) % kMaxPosted]; }
+    int nth(int k) const { return slots[(head + k) % kMaxPosted]; }  // k-th posted, k < count
   };
   struct Lane {
     std::unique_ptr<Pipe> pipe;

@@ -104,8 +104,7 @@ class ShmPipe final : public Pipe {
         txData_(reinterpret_cast<char *>(tx) + kCtlBytes),
         rxData_(reinterpret_cast<char *>(rx) + kCtlBytes),
         // The size checked at set-up, never re-read: the peer can write both rings' headers.
-        txSize_(ringBytes),
-        rxSize_(ringBytes) {
+        ringSize_(ringBytes) {
     txTail_ = tx_->tail.load(std::memory_order_relaxed);
     txHead_ = tx_->head.load(std::memory_order_acquire);
     rxHead_ = rx_->head.load(std::memory_order_relaxed);
@@ -119,11 +118,11 @@ class ShmPipe final : public Pipe {
   flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
     *moved = 0;
     *closed = false;
-    uint64_t space = txSize_ - (txTail_ - txHead_);
+    uint64_t space = ringSize_ - (txTail_ - txHead_);
     if (space == 0) {
       txHead_ = tx_->head.load(std::memory_order_acquire);
-      if (txHead_ > txTail_ || txTail_ - txHead_ > txSize_) return corrupt("send", txHead_, txTail_);
-      space = txSize_ - (txTail_ - txHead_);
+      if (txHead_ > txTail_ || txTail_ - txHead_ > ringSize_) return corrupt("send", txHead_, txTail_);
+      space = ringSize_ - (txTail_ - txHead_);
       if (tx_->consumerClosed.load(std::memory_order_acquire)) {
         *closed = true;
         return flagcxSuccess;
@@ -146,8 +145,8 @@ class ShmPipe final : public Pipe {
       const char *src = static_cast<const char *>(iov[i].iov_base);
       uint64_t left = iov[i].iov_len;
       while (left > 0 && space > 0) {
-        uint64_t pos = txTail_ % txSize_;
-        uint64_t n = std::min({left, space, txSize_ - pos, kChunk});
+        uint64_t pos = txTail_ % ringSize_;
+        uint64_t n = std::min({left, space, ringSize_ - pos, kChunk});
         if (stream) copyBytesStreaming(txData_ + pos, src, n);
         else copyBytes(txData_ + pos, src, n);
         src += n;
@@ -158,8 +157,8 @@ class ShmPipe final : public Pipe {
         tx_->tail.store(txTail_, std::memory_order_release);
         if (space == 0) {  // the consumer may have freed room meanwhile
           txHead_ = tx_->head.load(std::memory_order_acquire);
-          if (txHead_ > txTail_ || txTail_ - txHead_ > txSize_) return corrupt("send", txHead_, txTail_);
-          space = txSize_ - (txTail_ - txHead_);
+          if (txHead_ > txTail_ || txTail_ - txHead_ > ringSize_) return corrupt("send", txHead_, txTail_);
+          space = ringSize_ - (txTail_ - txHead_);
         }
       }
       if (left > 0) break;
@@ -177,7 +176,7 @@ class ShmPipe final : public Pipe {
       // tail store, so "closed and still empty" means nothing more will come.
       bool gone = rx_->producerClosed.load(std::memory_order_acquire) != 0;
       rxTail_ = rx_->tail.load(std::memory_order_acquire);
-      if (rxTail_ < rxHead_ || rxTail_ - rxHead_ > rxSize_) return corrupt("receive", rxHead_, rxTail_);
+      if (rxTail_ < rxHead_ || rxTail_ - rxHead_ > ringSize_) return corrupt("receive", rxHead_, rxTail_);
       avail = rxTail_ - rxHead_;
       if (avail == 0) {
         *closed = gone;
@@ -187,8 +186,8 @@ class ShmPipe final : public Pipe {
     char *out = static_cast<char *>(dst);
     uint64_t left = want;
     while (left > 0 && avail > 0) {
-      uint64_t pos = rxHead_ % rxSize_;
-      uint64_t n = std::min({left, avail, rxSize_ - pos, kChunk});
+      uint64_t pos = rxHead_ % ringSize_;
+      uint64_t n = std::min({left, avail, ringSize_ - pos, kChunk});
       copyBytes(out, rxData_ + pos, n);
       out += n;
       left -= n;
@@ -197,7 +196,7 @@ class ShmPipe final : public Pipe {
       rx_->head.store(rxHead_, std::memory_order_release);
       if (avail == 0 && left > 0) {
         rxTail_ = rx_->tail.load(std::memory_order_acquire);
-        if (rxTail_ < rxHead_ || rxTail_ - rxHead_ > rxSize_) return corrupt("receive", rxHead_, rxTail_);
+        if (rxTail_ < rxHead_ || rxTail_ - rxHead_ > ringSize_) return corrupt("receive", rxHead_, rxTail_);
         avail = rxTail_ - rxHead_;
       }
     }
@@ -252,7 +251,7 @@ class ShmPipe final : public Pipe {
  private:
   flagcxResult_t corrupt(const char *dir, uint64_t head, uint64_t tail) {
     WARN(kShm, "shm rank %d: %s ring shared with peer %d channel %d is corrupt (head %" PRIu64 ", tail %" PRIu64 ", size %" PRIu64 ")",
-         desc_.self, dir, desc_.peer, desc_.channel, head, tail, txSize_);
+         desc_.self, dir, desc_.peer, desc_.channel, head, tail, ringSize_);
     return flagcxRemoteError;
   }
 
@@ -286,7 +285,7 @@ class ShmPipe final : public Pipe {
   std::shared_ptr<Segment> txSeg_, rxSeg_;
   RingCtl *tx_, *rx_;
   char *txData_, *rxData_;
-  const uint64_t txSize_, rxSize_;
+  const uint64_t ringSize_;  // both directions
   // Local copies of our own counter and cached copies of the peer's.
   uint64_t txTail_, txHead_, rxHead_, rxTail_;
 };

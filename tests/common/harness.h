@@ -21,6 +21,7 @@
 // died of a signal, and -1 for one killed at the deadline.
 #pragma once
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -145,10 +146,13 @@ inline void waitThreadsAsleep(int maxMs = 2000) {
 
 }  // namespace detail
 
-// Reads exactly n bytes from fd (a pipe between ranks); false at EOF or error.
-inline bool readAll(int fd, void *p, size_t n) {
+// Reads exactly n bytes from fd (a pipe between ranks); false at EOF or
+// error, or (timeoutMs >= 0) when a piece does not come within timeoutMs.
+inline bool readAll(int fd, void *p, size_t n, int timeoutMs = -1) {
   char *c = static_cast<char *>(p);
   while (n) {
+    pollfd pf{fd, POLLIN, 0};
+    if (timeoutMs >= 0 && poll(&pf, 1, timeoutMs) != 1) return false;
     ssize_t k = read(fd, c, n);
     if (k <= 0) return false;
     c += k;

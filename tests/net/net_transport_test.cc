@@ -505,8 +505,6 @@ TEST_P(NetTest, PingPong) {
   expectAllPassed(out, v.name);
 }
 
-// A rank killed in the middle of shm set-up (its segment created, the peer
-// never answering) leaves a name in /dev/shm; the next set-up removes it.
 // Single-copy pull where only one rank may read the other (here: both run
 // as an unprivileged user and rank 0 is not dumpable, so rank 1 cannot read
 // it, while rank 0 can read rank 1).  Each direction must decide by whether
@@ -535,6 +533,8 @@ TEST(NetShm, PullOnlyWhereTheReceiverCanRead) {
   expectAllPassed(out, "one-way ptrace");
 }
 
+// A rank killed in the middle of shm set-up (its segment created, the peer
+// never answering) leaves a name in /dev/shm; the next set-up removes it.
 TEST(NetShm, OrphanSegmentRemovedBySetUp) {
   auto out = harness::run(2, [&](int rank, int nranks, flagcxUniqueId *id) {
     int failures = 0;

@@ -3,7 +3,6 @@
 // pipe).  Afterwards the open file descriptors, threads, /dev/shm entries and
 // resident memory must be back within a fixed bound of where they started.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <thread>
@@ -24,23 +23,10 @@ constexpr bool kCheckRss = false;
 constexpr bool kCheckRss = true;
 #endif
 
-// Reads n bytes from the pipe, waiting at most a minute for each piece: a
-// rank 0 that died before writing the id (both ends of the pipe stay open in
-// the parent) fails rank 1 here rather than at the harness's deadline.
-bool readAll(int fd, void *p, size_t n) {
-  while (n > 0) {
-    pollfd pf{fd, POLLIN, 0};
-    if (poll(&pf, 1, 60 * 1000) != 1) {
-      fprintf(stderr, "no unique id from rank 0 on the pipe within 60 s\n");
-      return false;
-    }
-    ssize_t k = read(fd, p, n);
-    if (k <= 0) return false;
-    p = static_cast<char *>(p) + k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
+// A rank 0 that died before writing the id (both ends of the pipe stay open
+// in the parent) fails rank 1 after a minute rather than at the harness's
+// deadline.
+constexpr int kIdWaitMs = 60 * 1000;
 
 int oneComm(int rank, int pfd[2], bool abortInstead) {
   flagcxUniqueId id;
@@ -48,7 +34,8 @@ int oneComm(int rank, int pfd[2], bool abortInstead) {
     RANK_OK(flagcxGetUniqueId(&id));
     RANK_CHECK(write(pfd[1], &id, sizeof id) == static_cast<ssize_t>(sizeof id), "pipe write");
   } else {
-    RANK_CHECK(readAll(pfd[0], &id, sizeof id), "pipe read");
+    RANK_CHECK(harness::readAll(pfd[0], &id, sizeof id, kIdWaitMs),
+               "no unique id from rank 0 on the pipe within %d s", kIdWaitMs / 1000);
   }
   flagcxComm_t comm;
   RANK_OK(flagcxCommInitRank(&comm, 2, &id, rank));

@@ -189,10 +189,7 @@ bool progressUpTo(flagcxStream *s, uint64_t target) {
 
 // Drops one reference to e (its owner's or a queued marker's); the last frees it.
 void eventRelease(flagcxEvent *e) {
-  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    e->magic.store(0, std::memory_order_relaxed);
-    delete e;
-  }
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
 }
 
 // A marker ran: `gen` is complete.  `queued` markers hold a reference to
