@@ -3,6 +3,8 @@
 // receive posted on the other.  Every message carries a header (length, tag)
 // that the receiver checks before a byte reaches the user's buffer.
 #pragma once
+#include <poll.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +59,12 @@ class Conn {
   // callers that wait outside this Conn: progress() looks only while
   // requests are pending.  An error comes with one log line.
   virtual flagcxResult_t checkAlive() { return flagcxSuccess; }
+  // For a caller with nothing to do: append up to `max` pollfd entries whose
+  // readiness means this Conn can move again (its sockets, its helper
+  // threads' completion signal) and return how many; -1 when it cannot be
+  // waited on that way (shm: poll it).  Only meaningful right after test()
+  // or progress() moved nothing.
+  virtual int waitFds(struct pollfd *fds, int max) { return -1; }
 
   static constexpr int kMaxPosted = 256;
 };

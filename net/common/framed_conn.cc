@@ -11,8 +11,13 @@
 namespace flagcx {
 
 namespace {
-// A stripe smaller than this is not worth a lane of its own.
-constexpr uint64_t kMinStripe = 256 * 1024;
+// The smallest stripe: a message is split over the lanes only when each part
+// gets at least this much.  64 KiB, from session 20's sweep with helper
+// threads on 16 cores (docs/PERFORMANCE.md): against 128 and 256 KiB it was
+// as fast or faster at 1-64 MiB and its worst round at >= 1 MiB was the best
+// (1.56x MPICH); it costs at 256 KiB, whose 128 KiB messages then go through
+// helpers (1.19-1.40x against 1.33-1.56x).
+constexpr uint64_t kMinStripe = 64 * 1024;
 constexpr uint64_t kStripeAlign = 4096;
 constexpr auto kLiveCheckEvery = std::chrono::milliseconds(50);
 // A gap this long between two progress calls means the caller was not
@@ -51,7 +56,20 @@ FramedConn::~FramedConn() = default;
 
 flagcxResult_t FramedConn::fail(flagcxResult_t code) {
   if (error_ == flagcxSuccess) error_ = code;
+  // The failed call returns to its caller, who may free its buffers: no
+  // helper thread may still be reading or filling them.
+  cancelBg();
   return error_;
+}
+
+void FramedConn::cancelBg() {
+  for (Lane &l : lanes_) {
+    if (!l.sBg && !l.rBg) continue;
+    l.pipe->cancelBg();
+    l.sBg = l.rBg = false;
+    l.closed = true;  // shut down: nothing more comes or goes on it
+    anyLaneClosed_ = true;
+  }
 }
 
 void FramedConn::freeSlot(int slot) {
@@ -142,6 +160,14 @@ void FramedConn::popDone(Queue &q) {
   }
 }
 
+// The peer closed lane li before the stripe being sent was out.
+flagcxResult_t FramedConn::closedInSend(Lane &l, int li) {
+  WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d lane %d: peer closed the connection during send #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe sent)",
+       kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.sHdr.seq, l.sDone,
+       l.sLen);
+  return fail(flagcxRemoteError);
+}
+
 flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
   for (;;) {
     if (!l.sActive) {
@@ -168,6 +194,28 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
       l.sDone = 0;
       l.sSlot = slot;
       l.sActive = true;
+      if (!r.pull && r.stripes > 1 && l.pipe->offload()) {
+        iovec v[2] = {{&l.sHdr, sizeof(FrameHeader)}, {const_cast<char *>(l.sData), l.sLen}};
+        flagcxResult_t rc = l.pipe->writeBg(v, l.sLen ? 2 : 1);
+        if (rc != flagcxSuccess) return fail(rc);
+        l.sBg = true;
+        l.sBgSeen = 0;
+      }
+    }
+    if (l.sBg) {
+      size_t got = 0;
+      bool fin = false, closed = false;
+      flagcxResult_t rc = l.pipe->pollBg(true, &got, &fin, &closed);
+      if (rc != flagcxSuccess) return fail(rc);
+      if (got != l.sBgSeen) {
+        *moved = true;
+        l.sBgSeen = got;
+      }
+      if (!fin) return flagcxSuccess;
+      l.sBg = false;
+      l.sHdrDone = std::min(got, sizeof(FrameHeader));
+      l.sDone = got - l.sHdrDone;
+      if (closed || l.sDone < l.sLen) return closedInSend(l, li);
     }
     iovec iov[2];
     int n = 0;
@@ -186,12 +234,7 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
     if (n > 0) {
       flagcxResult_t rc = l.pipe->write(iov, n, &got, &closed);
       if (rc != flagcxSuccess) return fail(rc);
-      if (closed) {
-        WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d lane %d: peer closed the connection during send #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe sent)",
-             kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.sHdr.seq,
-             l.sDone, l.sLen);
-        return fail(flagcxRemoteError);
-      }
+      if (closed) return closedInSend(l, li);
       if (got == 0) return flagcxSuccess;
       *moved = true;
       size_t h = std::min(got, sizeof(FrameHeader) - l.sHdrDone);
@@ -215,204 +258,6 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
   }
 }
 
-flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
-  const FrameHeader &h = l.rHdr;
-  bool pullFrame = h.version == kFrameVersionPull && lanes_.size() == 1;
-  if (h.magic != kFrameMagic || (h.version != kFrameVersion && !pullFrame) || h.lane != li) {
-    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: malformed frame header (magic 0x%x version %u lane %u)",
-         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.magic, h.version,
-         h.lane);
-    return fail(flagcxRemoteError);
-  }
-  // Lane 0 carries every message in order; other lanes skip small ones.
-  bool seqOk = li == 0 ? h.seq == (l.rAny ? l.rLastSeq + 1 : 0) : (!l.rAny || h.seq > l.rLastSeq);
-  if (!seqOk || h.seq < recvQ_.frontSeq) {
-    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: frame sequence %" PRIu64 " out of order (last %" PRIu64 ")",
-         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.seq, l.rLastSeq);
-    return fail(flagcxRemoteError);
-  }
-  if (h.seq >= recvQ_.nextSeq) return flagcxSuccess;  // its receive is not posted yet
-  int slot = recvQ_.at(h.seq);
-  Req &r = reqs_[slot];
-  if (h.tag != r.tag) {
-    WARN(kNet, "mismatched calls: rank %d (%s) sent %s (message #%" PRIu64 ", %" PRIu64 " bytes) but rank %d posted %s (up to %" PRIu64 " bytes) [%s channel %d]",
-         desc_.peer, desc_.host.c_str(), tagText(h.tag).c_str(), h.seq, h.length, desc_.self,
-         tagText(r.tag).c_str(), r.size, kind_, desc_.channel);
-    mismatch_ = Mismatch{r.tag, h.tag};
-    return fail(flagcxInvalidUsage);
-  }
-  if (h.length > r.size) {
-    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: message #%" PRIu64 " (tag 0x%" PRIx64 ") is %" PRIu64 " bytes, longer than the %" PRIu64 "-byte receive posted for it",
-         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, h.seq, h.tag, h.length,
-         r.size);
-    return fail(flagcxInvalidUsage);
-  }
-  int n = stripeCount(h.length, static_cast<int>(lanes_.size()));
-  if (li >= n || (r.stripes != 0 && r.length != h.length)) {
-    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: inconsistent stripe header for message #%" PRIu64 " (%" PRIu64 " bytes)",
-         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, h.seq, h.length);
-    return fail(flagcxRemoteError);
-  }
-  if (r.stripes == 0) {
-    r.stripes = n;
-    r.stripesLeft = n;
-    r.length = h.length;
-  }
-  uint64_t off, len;
-  stripeOf(h.length, n, li, &off, &len);
-  l.rSlot = slot;
-  l.rData = r.buf + off;
-  l.rLen = len;
-  l.rDone = 0;
-  l.rPull = pullFrame;
-  l.rAny = true;
-  l.rLastSeq = h.seq;
-  return flagcxSuccess;
-}
-
-uint64_t FramedConn::inboundTag() const {
-  for (const Lane &l : lanes_)
-    if (l.rHdrReady && l.rSlot < 0) return l.rHdr.tag;
-  return 0;
-}
-
-flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
-  for (;;) {
-    if (l.closed || (li == 0 && gaveUpPending_)) return flagcxSuccess;
-    size_t got = 0;
-    bool closed = false;
-    if (!l.rHdrReady) {
-      flagcxResult_t rc = l.pipe->read(reinterpret_cast<char *>(&l.rHdr) + l.rHdrGot,
-                                       sizeof(FrameHeader) - l.rHdrGot, &got, &closed);
-      if (rc != flagcxSuccess) return fail(rc);
-      if (got > 0) *moved = true;
-      l.rHdrGot += got;
-      if (l.rHdrGot < sizeof(FrameHeader)) {
-        if (closed) {
-          // Lanes close one by one: a lane at a frame boundary may close
-          // while another still carries stripes of messages sent before.
-          l.closed = true;
-          anyLaneClosed_ = true;
-          if (li == 0) peerClosed_ = true;  // lane 0 heads every message: no more come
-          collectPullAcks(moved);  // it may have acknowledged just before leaving
-          if (l.rHdrGot > 0) {
-            WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection inside a frame header",
-                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li);
-            return fail(flagcxRemoteError);
-          }
-          FLAGCX_CHECK(closedLanesCheck());
-        }
-        return flagcxSuccess;
-      }
-      if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0) {
-        if (lanes_.size() == 1) return peerGaveUp(l.rHdr);
-        // Other lanes may still carry stripes of messages whose headers came
-        // before the frame: those messages were sent whole and are delivered
-        // first (see progress()).
-        gaveUpHdr_ = l.rHdr;
-        gaveUpPending_ = true;
-        gaveUpBefore_ = l.rAny ? l.rLastSeq + 1 : 0;
-        gaveUpAt_ = Clock::now();
-        *moved = true;
-        return flagcxSuccess;
-      }
-      if (l.rHdr.version == kFrameVersionPull) {
-        while (l.rNoteGot < sizeof(l.rNote)) {
-          flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rNote) + l.rNoteGot,
-                                            sizeof(l.rNote) - l.rNoteGot, &got, &closed);
-          if (rc2 != flagcxSuccess) return fail(rc2);
-          if (got == 0) {
-            if (closed) {
-              l.closed = true;
-              anyLaneClosed_ = true;
-              if (li == 0) peerClosed_ = true;
-              WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: peer closed the connection inside a frame header",
-                   kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel);
-              return fail(flagcxRemoteError);
-            }
-            return flagcxSuccess;
-          }
-          *moved = true;
-          l.rNoteGot += got;
-        }
-      }
-      l.rHdrReady = true;
-      l.rSlot = -1;
-    }
-    if (l.rSlot < 0) {
-      FLAGCX_CHECK(takeHeader(l, li));
-      if (l.rSlot < 0) return flagcxSuccess;  // wait for the receive to be posted
-    }
-    if (l.rPull) {
-      // Pull in pieces so that one call never stays away for long.
-      constexpr uint64_t kPiece = 2u << 20;
-      if (l.rDone < l.rLen) {
-        uint64_t n = std::min(kPiece, l.rLen - l.rDone);
-        flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rNote, l.rDone, n);
-        if (rc != flagcxSuccess) return fail(rc);
-        l.rDone += n;
-        *moved = true;
-        if (l.rDone < l.rLen) return flagcxSuccess;  // one piece per call
-      }
-      l.pipe->ackPull();
-    } else if (l.rDone < l.rLen) {
-      flagcxResult_t rc = l.pipe->read(l.rData + l.rDone, l.rLen - l.rDone, &got, &closed);
-      if (rc != flagcxSuccess) return fail(rc);
-      if (got > 0) *moved = true;
-      l.rDone += got;
-      if (l.rDone < l.rLen) {
-        if (closed) {
-          l.closed = true;
-          anyLaneClosed_ = true;
-          if (li == 0) peerClosed_ = true;
-          WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection during message #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe received)",
-               kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.rHdr.seq,
-               l.rDone, l.rLen);
-          return fail(flagcxRemoteError);
-        }
-        return flagcxSuccess;
-      }
-    }
-    Req &r = reqs_[l.rSlot];
-    if (--r.stripesLeft == 0) {
-      r.done = true;
-      pending_--;
-      popDone(recvQ_);
-    }
-    l.rHdrReady = false;
-    l.rHdrGot = 0;
-    l.rNoteGot = 0;
-    l.rPull = false;
-    l.rSlot = -1;
-  }
-}
-
-// A lane closed at a frame boundary: fail if pending work needs it.  Sends
-// cannot complete once the peer closes; a receive can if every lane that
-// carries a stripe of it delivered that stripe before closing.
-flagcxResult_t FramedConn::closedLanesCheck() {
-  const char *why = nullptr;
-  uint64_t seq = 0;
-  for (int k = 0; k < sendQ_.count && !why; k++) {
-    const Req &r = reqs_[sendQ_.nth(k)];
-    if (!r.done) why = "send", seq = r.seq;
-  }
-  for (int k = 0; k < recvQ_.count && !why; k++) {
-    const Req &r = reqs_[recvQ_.nth(k)];
-    if (r.done) continue;
-    int need = r.stripes == 0 ? 1 : r.stripes;  // no header yet: lane 0 must bring it
-    for (int li = 0; li < need && !why; li++) {
-      const Lane &l = lanes_[static_cast<size_t>(li)];
-      bool delivered = l.rAny && l.rLastSeq >= r.seq && l.rSlot < 0;
-      if (l.closed && !delivered) why = "receive", seq = r.seq;
-    }
-  }
-  if (!why) return flagcxSuccess;
-  WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer closed the connection with %d request(s) pending (%s #%" PRIu64 ")",
-       kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_, why, seq);
-  return fail(flagcxRemoteError);
-}
-
 flagcxResult_t FramedConn::lanesAlive() {
   for (auto &l : lanes_) {
     flagcxResult_t rc = l.pipe->idleCheck();
@@ -423,6 +268,36 @@ flagcxResult_t FramedConn::lanesAlive() {
     }
   }
   return flagcxSuccess;
+}
+
+int FramedConn::waitFds(struct pollfd *fds, int max) {
+  if (error_ != flagcxSuccess || pending_ == 0) return 0;
+  // Only while a helper thread has a job: the engine then sleeps so the
+  // helpers get the cores.  Without one, sleeping in poll() measured slower
+  // than spinning (1 MiB allreduce 374-386 us against 304-308, session 14).
+  bool bg = false;
+  for (const Lane &l : lanes_) bg |= l.sBg || l.rBg;
+  if (!bg) return -1;
+  int n = 0;
+  for (const Lane &l : lanes_) {
+    int fd = l.pipe->pollFd();
+    if (fd < 0) return -1;
+    short ev = 0;
+    if (l.sActive && !l.sBg) ev |= POLLOUT;
+    // A header waiting for its receive to be posted wants nothing more.
+    if (recvQ_.count > 0 && !l.rBg && !l.closed && !(l.rHdrReady && l.rSlot < 0)) ev |= POLLIN;
+    if (ev) {
+      if (n == max) return -1;
+      fds[n++] = pollfd{fd, ev, 0};
+    }
+    if (l.sBg || l.rBg) {
+      l.pipe->bgDrain();
+      if ((l.sBg && !l.pipe->bgBusy(true)) || (l.rBg && !l.pipe->bgBusy(false))) return -1;
+      if (n == max) return -1;
+      fds[n++] = pollfd{l.pipe->bgFd(), POLLIN, 0};
+    }
+  }
+  return n;
 }
 
 flagcxResult_t FramedConn::checkAlive() {
@@ -484,10 +359,11 @@ flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {
 }
 
 void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
+  cancelBg();  // the call gave up: its buffers go back to the caller
   if (lanes_.empty() || lanes_[0].closed || poisoned_) return;
   Lane &l = lanes_[0];
   // Only between frames: a half-written frame cannot be interrupted.
-  if (l.sActive && (l.sHdrDone > 0 || l.sDone > 0)) return;
+  if (l.sActive && (l.sBg || l.sHdrDone > 0 || l.sDone > 0)) return;
   poisoned_ = true;
   FrameHeader h{kFrameMagic, kFrameVersionError, 0, mine, theirs, static_cast<uint64_t>(code)};
   size_t done = 0;

@@ -76,6 +76,34 @@ class Pipe {
   }
   virtual void ackPull() {}                     // receiver: one announced message consumed
   virtual uint64_t pullsAcked() { return 0; }   // sender: how many the peer consumed
+
+  // Background moves (socket helper threads): the engine asks before it
+  // moves a stripe of a message split over several lanes; yes means a helper
+  // thread of this pipe moves it with blocking calls (writeBg/readBg), so the
+  // lanes' kernel copies run on several cores at once.  While a job runs, that
+  // direction of the pipe belongs to the helper: no read()/write() on it
+  // until pollBg() reports it finished.
+  virtual bool offload() { return false; }
+  // The descriptor to poll for this pipe's readiness (-1: none, poll the
+  // pipe), and one that becomes readable when a helper finishes a job.
+  virtual int pollFd() const { return -1; }
+  virtual int bgFd() const { return -1; }
+  // Before sleeping on bgFd(): clear its signal, then say whether the
+  // helper of that direction is still at work (false: poll it now).
+  virtual void bgDrain() {}
+  virtual bool bgBusy(bool send) const { return false; }
+  virtual flagcxResult_t writeBg(const iovec *iov, int iovcnt) { return flagcxInternalError; }
+  // Bytes already buffered in the pipe are copied at once (*pre of them);
+  // a helper receives the rest, if any.
+  virtual flagcxResult_t readBg(void *dst, size_t n, size_t *pre) { return flagcxInternalError; }
+  // *moved: bytes of the job moved so far (not counting *pre).
+  virtual flagcxResult_t pollBg(bool send, size_t *moved, bool *finished, bool *closed) {
+    return flagcxInternalError;
+  }
+  // The Conn failed: end any helper job now (the connection is shut down to
+  // unblock it) and return once no helper touches a caller's buffer again.
+  // The pipe moves nothing afterwards.
+  virtual void cancelBg() {}
 };
 
 struct FrameHeader {
@@ -119,6 +147,7 @@ class FramedConn final : public Conn {
   uint64_t peerGaveUpOn() const override { return peerGaveUpOn_; }
   uint64_t inboundTag() const override;
   flagcxResult_t checkAlive() override;
+  int waitFds(struct pollfd *fds, int max) override;
   Mismatch mismatch() const override { return mismatch_; }
 
  private:
@@ -158,6 +187,8 @@ class FramedConn final : public Conn {
     const char *sData = nullptr;
     uint64_t sLen = 0, sDone = 0;
     int sSlot = -1;
+    bool sBg = false;      // the frame is with the pipe's helper (writeBg)
+    size_t sBgSeen = 0;
     // receive side
     FrameHeader rHdr{};
     size_t rHdrGot = 0;
@@ -170,6 +201,8 @@ class FramedConn final : public Conn {
     PullNote rNote{};     // rendezvous: the sender's buffer
     size_t rNoteGot = 0;
     bool rPull = false;
+    bool rBg = false;      // the payload is with the pipe's helper (readBg)
+    uint64_t rBgBase = 0;  // rDone when the helper took over
     bool closed = false;
   };
 
@@ -177,11 +210,14 @@ class FramedConn final : public Conn {
   flagcxResult_t progressSend(Lane &l, int li, bool *moved);
   flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
   flagcxResult_t takeHeader(Lane &l, int li);
+  flagcxResult_t closedInPayload(Lane &l, int li);  // log, mark, fail
+  flagcxResult_t closedInSend(Lane &l, int li);
   flagcxResult_t peerGaveUp(const FrameHeader &h);
   void popDone(Queue &q);
   void collectPullAcks(bool *moved);
   void freeSlot(int slot);
   flagcxResult_t fail(flagcxResult_t code);
+  void cancelBg();  // every lane's helper job ended (see Pipe::cancelBg)
   flagcxResult_t idle();
   flagcxResult_t lanesAlive();  // every lane's pipe: its peer still there (one WARN if not)
   flagcxResult_t closedLanesCheck();  // a closed lane that pending work still needs: fail

@@ -3,19 +3,18 @@
 // the framing engine (net/common) stripes large messages across them.
 //
 // Progress runs in the caller's thread (test()/progress()), all lanes of a
-// Conn in turn, with non-blocking sockets: no helper threads.  On the 2-core
-// machines this library is built on, a helper thread per rank steals the
-// core the peer rank needs, and on loopback one flow already saturates the
-// memory copies; several lanes still pay off on real NICs where a single TCP
-// flow is window- or core-limited.  SOCKET_NTHREADS therefore only scales
-// the number of connections for now.  Measured in session 14 (blocking
-// send/receive helpers per connection, the engine sleeping in poll()):
-// 0.6-0.8x of this polling design on 2 cores; the prototype is
-// docs/perf-data/session14-host/socket-helpers.patch, for a host with
-// spare cores (docs/PERFORMANCE.md "Session 14").  Lending the sender's
-// pages to the kernel instead of copying them (vmsplice + splice, the
-// receiver acknowledging on a control connection) measured 1.4-1.8x slower
-// on loopback: docs/perf-data/session19-host/socket-zerocopy.patch, "Session 19".
+// Conn in turn.  With FLAGCX_SOCKET_HELPERS on (auto: 4+ cores per rank),
+// each lane also has a send and a receive thread (SocketMover, started on
+// first use): the stripes of a message split over several lanes go through
+// them with blocking calls, so the kernel's copies of the lanes run on
+// several cores at once -- one TCP connection moves ~3 GB/s each way on
+// loopback whatever threads serve it, four with their own threads ~3.5x that
+// (docs/perf-data/session20-gpu/tcp_lanes.c).  Everything else (headers,
+// unsplit messages) stays with the engine thread's non-blocking calls.  On
+// 2 cores the helpers measured 0.6-0.8x of polling (session 14), hence auto.
+// Lending the sender's pages to the kernel instead of copying them (vmsplice
+// + splice, the receiver acknowledging on a control connection) measured
+// 1.4-1.8x slower on loopback: docs/perf-data/session19-host/socket-zerocopy.patch.
 //
 // Set-up: each rank listens on findLocalAddress() (FLAGCX_SOCKET_IFNAME /
 // FAMILY) port 0 and sends its address to each peer through the bootstrap.
@@ -31,6 +30,8 @@
 #include "net/socket/socket_transport.h"
 
 #include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@
 #include "base/params.h"
 #include "net/common/framed_conn.h"
 #include "net/net.h"
+#include "net/socket/socket_mover.h"
 
 namespace flagcx {
 
@@ -55,6 +57,9 @@ constexpr uint64_t kAddrMagic = 0x464c4147534f4b31ull;
 constexpr uint32_t kHelloKindTransport = 3;
 constexpr int kMaxLanes = 16;
 constexpr size_t kStage = 64 * 1024;  // read-ahead buffer for headers and small messages
+// Helper threads per process, at most (two per lane that moved a large
+// payload); lanes beyond that keep the engine thread's polling.
+constexpr int kMaxHelpers = 256;
 
 std::mutex g_hookMu;
 std::function<void(const SockAddr &)> g_listenHook;
@@ -88,9 +93,9 @@ class Fd {
 
 class SocketPipe final : public Pipe {
  public:
-  SocketPipe(PeerDesc desc, int lane, Fd fd, SockAddr addr)
+  SocketPipe(PeerDesc desc, int lane, Fd fd, SockAddr addr, bool helpers)
       : desc_(std::move(desc)), lane_(lane), fd_(std::move(fd)), addr_(addr),
-        stage_(new char[kStage]) {}
+        stage_(new char[kStage]), helpers_(helpers) {}
 
   flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
     *moved = 0;
@@ -108,6 +113,76 @@ class SocketPipe final : public Pipe {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return flagcxSuccess;
       return ioError("send", closed);
     }
+  }
+
+  bool offload() override {
+    if (!helpers_) return false;
+    if (!sendMover_) {
+      if (SocketMover::live() + 2 > kMaxHelpers) return false;  // keep polling this lane
+      int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (efd < 0) return false;
+      bgFd_ = Fd(efd);
+      sendMover_ = std::make_unique<SocketMover>(fd_.get(), true, efd);
+      recvMover_ = std::make_unique<SocketMover>(fd_.get(), false, efd);
+    }
+    return true;
+  }
+
+  int pollFd() const override { return fd_.get(); }
+  int bgFd() const override { return bgFd_.get(); }
+  void bgDrain() override {
+    uint64_t v;
+    (void)!::read(bgFd_.get(), &v, sizeof v);
+  }
+  bool bgBusy(bool send) const override { return (send ? sendMover_ : recvMover_)->busy(); }
+
+  flagcxResult_t writeBg(const iovec *iov, int iovcnt) override {
+    sendMover_->start(iov, iovcnt);
+    return flagcxSuccess;
+  }
+
+  flagcxResult_t readBg(void *dst, size_t n, size_t *pre) override {
+    *pre = 0;
+    if (stBeg_ < stEnd_) {  // what the header read brought in comes first
+      size_t k = std::min(n, stEnd_ - stBeg_);
+      memcpy(dst, stage_.get() + stBeg_, k);
+      stBeg_ += k;
+      *pre = k;
+    }
+    if (*pre < n) {
+      iovec v{static_cast<char *>(dst) + *pre, n - *pre};
+      recvMover_->start(&v, 1);
+    }
+    return flagcxSuccess;
+  }
+
+  flagcxResult_t pollBg(bool send, size_t *moved, bool *finished, bool *closed) override {
+    SocketMover::Status st = (send ? sendMover_ : recvMover_)->poll();
+    *moved = st.moved;
+    *finished = st.finished;
+    *closed = false;
+    if (!st.finished) return flagcxSuccess;
+    if (st.err != 0) {
+      errno = st.err;
+      return ioError(send ? "send" : "recv", closed);
+    }
+    if (st.closed) {
+      INFO(kNet, "socket rank %d: helper %s to peer %d (%s, %s) lane %d: connection closed",
+           desc_.self, send ? "send" : "recv", desc_.peer, desc_.host.c_str(),
+           addr_.str().c_str(), lane_);
+      *closed = true;
+    }
+    return flagcxSuccess;
+  }
+
+  void cancelBg() override {
+    auto busy = [&] {
+      return (sendMover_ && sendMover_->busy()) || (recvMover_ && recvMover_->busy());
+    };
+    if (!busy()) return;
+    // Both directions: a blocked send or receive returns at once.
+    shutdown(fd_.get(), SHUT_RDWR);
+    while (busy()) usleep(100);
   }
 
   flagcxResult_t read(void *dst, size_t n, size_t *moved, bool *closed) override {
@@ -175,7 +250,43 @@ class SocketPipe final : public Pipe {
   SockAddr addr_;
   std::unique_ptr<char[]> stage_;
   size_t stBeg_ = 0, stEnd_ = 0;
+  bool helpers_;  // large stripes go through this lane's two helper threads
+  // Declared after fd_ and bgFd_: they stop (and unblock) before those close.
+  Fd bgFd_;
+  std::unique_ptr<SocketMover> sendMover_, recvMover_;
 };
+
+// Lanes per Conn and whether they get helper threads, from FLAGCX_SOCKET_*
+// and, for "auto", the cores this process may use per rank on its host.
+// Helper threads lose where they compete with the ranks for cores (2 cores,
+// 2 ranks: 0.6-0.8x of polling, session 14) and win where cores are spare:
+// on 16 cores, 2 ranks, 4 lanes with helpers took allreduce from 1.2-1.4x
+// MPICH to 1.6-2.2x at 1-16 MiB, while 8 lanes (16 helpers a rank on 8 cores
+// a rank) lost (docs/PERFORMANCE.md, session 20).  Without helpers, extra
+// lanes do not help on one host: one thread does every kernel copy anyway.
+struct LanePlan {
+  int lanes;
+  bool helpers;
+  int coresPerRank;
+};
+LanePlan planLanes(const Bootstrap &bs) {
+  int local = 0;
+  const uint64_t mine = bs.peers()[static_cast<size_t>(bs.rank())].hostHash;
+  for (const PeerInfo &p : bs.peers()) local += p.hostHash == mine;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                          : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  LanePlan plan{};
+  plan.coresPerRank = std::max(1, cores) / std::max(1, local);
+  int64_t h = paramInt(Param::SOCKET_HELPERS);
+  plan.helpers = h == -2 ? plan.coresPerRank >= 4 : h == 1;
+  int64_t nt = paramInt(Param::SOCKET_NTHREADS);
+  if (nt < 1) nt = plan.helpers ? std::clamp(plan.coresPerRank / 2, 2, 4) : 1;  // -2: auto
+  int64_t ns = std::max<int64_t>(1, paramInt(Param::NSOCKS_PERTHREAD));
+  plan.lanes = static_cast<int>(std::min<int64_t>(kMaxLanes, nt * ns));
+  return plan;
+}
 
 struct AddrMsg {
   uint64_t magic;
@@ -210,9 +321,8 @@ class SocketTransport final : public Transport {
         return flagcxInvalidArgument;
       }
     }
-    int64_t nt = std::max<int64_t>(1, paramInt(Param::SOCKET_NTHREADS));
-    int64_t ns = std::max<int64_t>(1, paramInt(Param::NSOCKS_PERTHREAD));
-    int myLanes = static_cast<int>(std::min<int64_t>(kMaxLanes, nt * ns));
+    const LanePlan plan = planLanes(bs);
+    const int myLanes = plan.lanes;
     auto deadline = deadlineFromTimeout();
 
     // 1. Listen and tell each peer where.
@@ -245,8 +355,9 @@ class SocketTransport final : public Transport {
     // pair (so a rank with a different setting still connects).
     std::vector<int> pairLanes(peers.size());
     for (size_t i = 0; i < peers.size(); i++) pairLanes[i] = std::min(lanes, theirs[i].lanes);
-    INFO(kNet, "socket: rank %d listening on %s (%s), %d lane(s) per connection", me,
-         addr.str().c_str(), ifname.c_str(), myLanes);
+    INFO(kNet, "socket: rank %d listening on %s (%s), %d lane(s) per connection, helper threads %s (%d core(s) per rank here)",
+         me, addr.str().c_str(), ifname.c_str(), myLanes, plan.helpers ? "on" : "off",
+         plan.coresPerRank);
     {
       std::lock_guard<std::mutex> lk(g_hookMu);
       if (g_listenHook) g_listenHook(addr);
@@ -293,9 +404,12 @@ class SocketTransport final : public Transport {
         std::vector<std::unique_ptr<Pipe>> pipes;
         for (int l = 0; l < pairLanes[i]; l++) {
           Fd &fd = fds[i][static_cast<size_t>(c * pairLanes[i] + l)];
-          setNonBlocking(fd.get(), true);
+          // With helpers the socket blocks: the engine thread's calls pass
+          // MSG_DONTWAIT, the helpers' calls wait in the kernel.
+          setNonBlocking(fd.get(), !plan.helpers);
           setNoDelay(fd.get());
-          pipes.push_back(std::make_unique<SocketPipe>(d, l, std::move(fd), theirs[i].addr));
+          pipes.push_back(
+              std::make_unique<SocketPipe>(d, l, std::move(fd), theirs[i].addr, plan.helpers));
         }
         out->push_back(std::make_unique<FramedConn>("socket", d, std::move(pipes)));
       }

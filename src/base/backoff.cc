@@ -20,7 +20,7 @@ bool Backoff::expired() const { return std::chrono::steady_clock::now() >= deadl
 
 void Backoff::idle() {
   spins_++;
-  if (spins_ < 64) {
+  if (spins_ < kSpin) {
     __builtin_ia32_pause();
   } else if (spins_ < 2048) {
     sched_yield();

@@ -1,6 +1,8 @@
 // Posting and progressing the messages of one stage (or one group of
 // sends and receives) on the transports, with the per-Conn limits, the
 // idle sweep that notices a peer that gave up, and FLAGCX_TIMEOUT.
+#include <poll.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -66,6 +68,30 @@ flagcxResult_t finishWork(ExecState *s, LocalWork *work) {
   bool did = false;
   while (work && work->pending()) FLAGCX_CHECK(localWorkPiece(s, *work, true, &did));
   return flagcxSuccess;
+}
+
+// Nothing moved for a while: when every Conn still owed something can name
+// the descriptors it waits on (a socket Conn whose helper threads have a job:
+// FramedConn::waitFds), sleep in poll() until one is ready, so the cores go
+// to the helpers and the peer instead of to spinning.  False: no such sleep.
+bool sleepOnConns(ExecState *s, const std::vector<Xfer> &xs) {
+  if (s->gate.base) return false;  // device copies are polled, not waited on
+  constexpr int kMax = 64;
+  pollfd fds[kMax];
+  Conn *asked[kMax];  // Conns repeat across slices: ask each once
+  int n = 0, nasked = 0;
+  for (const auto &x : xs) {
+    if (x.done || std::find(asked, asked + nasked, x.conn) != asked + nasked) continue;
+    if (nasked == kMax) return false;
+    asked[nasked++] = x.conn;
+    int k = x.conn->waitFds(fds + n, kMax - n);
+    if (k < 0) return false;
+    n += k;
+  }
+  if (n == 0) return false;
+  // Bounded, so that the stall clock and liveness checks keep running.
+  poll(fds, static_cast<nfds_t>(n), 10);
+  return true;
 }
 }  // namespace
 
@@ -163,7 +189,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
            s->rank, what, static_cast<long long>(paramInt(Param::TIMEOUT)), pending.c_str());
       return flagcxSystemError;
     }
-    wait.idle();
+    if (wait.spinning() || !sleepOnConns(s, xs)) wait.idle();
   }
   return finishWork(s, work);
 }

@@ -17,6 +17,7 @@
 #include "sched/ir.h"
 #include "sched/registry.h"
 #include "tests/common/harness.h"
+#include "net/socket/socket_mover.h"
 #include "tests/common/inspect.h"
 #include "tools/perf/data.h"
 
@@ -452,12 +453,13 @@ TEST(Pattern, EveryRankWinsAndBlocksDiffer) {
 
 // Several collectives and a send/recv ring posted in one group (with a
 // nested group inside), on a stream: all complete, every result right.
-int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
+// `helpers`: the run forces socket helper threads; check that they moved.
+int groupedBody(int rank, int nranks, flagcxUniqueId *id, size_t cnt = 4099, bool helpers = false) {
   harness::CommOnStream cs;
   RANK_OK(cs.open(rank, nranks, id));
   flagcxComm_t comm = cs.comm;
   flagcxStream_t stream = cs.stream;
-  const size_t cnt = 4099, n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
+  const size_t n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
   std::vector<std::array<double, perf::kKeys>> src(n);
   for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), flagcxFloat32, flagcxMax, src[p].data());
   std::array<double, perf::kKeys> maxT, sumT;
@@ -491,6 +493,7 @@ int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
     for (size_t p = 0; p < n; p++)
       RANK_CHECK(agOut[p * cnt + i] == src[p][k], "allgather [%zu][%zu] = %g", p, i, agOut[p * cnt + i]);
   }
+  if (helpers) RANK_CHECK(flagcx::SocketMover::live() >= 2, "no socket helper thread ran");
   RANK_OK(cs.close());
   return 0;
 }
@@ -498,9 +501,26 @@ int groupedBody(int rank, int nranks, flagcxUniqueId *id) {
 TEST(Grouped, CollectivesAndSendRecvInOneGroup) {
   for (auto [nranks, sockets] : {std::pair{3, false}, std::pair{4, true}}) {
     harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", sockets ? "1" : "0"}}};
-    auto res = harness::run(nranks, groupedBody, env, 120);
+    auto res = harness::run(nranks, [](int rank, int n, flagcxUniqueId *id) {
+      return groupedBody(rank, n, id);
+    }, env, 120);
     EXPECT_TRUE(res.allOk()) << nranks << " ranks" << (sockets ? " (sockets)" : "") << ": "
                              << res.failures();
+  }
+}
+
+// The same group with ~1.2 MB per call over sockets, four lanes per peer
+// and their helper threads forced on (FLAGCX_SOCKET_HELPERS=1; "auto" keeps
+// them off on 2 cores): messages split over the lanes, stripes moved by the
+// helpers while the engine sleeps on their completion.
+TEST(Grouped, LargeOverSocketHelperThreads) {
+  harness::Env env{{{"FLAGCX_TIMEOUT", "30"}, {"FLAGCX_SHM_DISABLE", "1"},
+                    {"FLAGCX_SOCKET_HELPERS", "1"}, {"FLAGCX_SOCKET_NTHREADS", "4"}}};
+  for (int nranks : {2, 4}) {
+    auto res = harness::run(nranks, [](int rank, int n, flagcxUniqueId *id) {
+      return groupedBody(rank, n, id, 300001, true);
+    }, env, 180);
+    EXPECT_TRUE(res.allOk()) << nranks << " ranks: " << res.failures();
   }
 }
 

@@ -22,6 +22,7 @@
 #include "rendezvous/socket.h"
 #include "net/ibverbs/ib_transport.h"
 #include "net/net.h"
+#include "net/socket/socket_mover.h"
 #include "net/socket/socket_transport.h"
 #include "tests/common/bootstrap.h"
 #include "tests/common/harness.h"
@@ -114,15 +115,19 @@ size_t firstBad(const std::vector<uint8_t> &b, size_t n, int src, int dst, int k
   return SIZE_MAX;
 }
 
-// Transport variants: name, lanes (socket connections per Conn).
+// Transport variants: name, lanes (socket connections per Conn), and
+// whether socket lanes get helper threads (FLAGCX_SOCKET_HELPERS; "auto" is
+// off on the 2-core machines the suite runs on, so both are forced).
 struct Variant {
   const char *name;
   const char *transport;
   int lanes;
+  const char *helpers = "0";
 };
 // ib: the verbs transport on the software RDMA device; lanes = queue pairs.
-const Variant kVariants[] = {{"shm", "shm", 1},    {"socket", "socket", 1}, {"socket3", "socket", 3},
-                             {"ib", "ib", 1},      {"ib3", "ib", 3}};
+const Variant kVariants[] = {{"shm", "shm", 1},          {"socket", "socket", 1},
+                             {"socket3", "socket", 3},   {"socket3h", "socket", 3, "1"},
+                             {"ib", "ib", 1},            {"ib3", "ib", 3}};
 
 constexpr int kDeadline = 90;  // seconds a run may take before its ranks are killed
 
@@ -130,6 +135,7 @@ harness::Env envFor(const Variant &v, const char *timeout = "20") {
   return {{{"FLAGCX_NSOCKS_PERTHREAD", std::to_string(v.lanes)},
            {"FLAGCX_IB_QPS_PER_CONNECTION", std::to_string(v.lanes)},
            {"FLAGCX_SOCKET_NTHREADS", "1"},
+           {"FLAGCX_SOCKET_HELPERS", v.helpers},
            {"FLAGCX_TIMEOUT", timeout}}};
 }
 
@@ -246,6 +252,13 @@ TEST_P(NetTest, Ring) {
       if (!setup(&s, v.transport, rank, nranks, id)) return 1;
       int failures = exchange(s, rank, {{(rank + 1) % nranks, (rank + nranks - 1) % nranks}});
       RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+      // The 1 MiB messages were split over the lanes: with helpers on, the
+      // stripes went through the lanes' threads (two per lane that moved one).
+      int movers = flagcx::SocketMover::live();
+      if (strcmp(v.helpers, "1") == 0)
+        RANK_EXPECT(movers >= 2, "%d helper threads with FLAGCX_SOCKET_HELPERS=1", movers);
+      else
+        RANK_EXPECT(movers == 0, "%d helper threads with FLAGCX_SOCKET_HELPERS=0", movers);
       return failures;
     }, envFor(v), kDeadline);
     expectAllPassed(out, std::string(v.name) + " ring n=" + std::to_string(n));

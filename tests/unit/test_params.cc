@@ -121,7 +121,7 @@ TEST_F(ParamsTest, OutOfRangeValuesWarnAndUseTheDefault) {
   EXPECT_TRUE(paramsNotes().empty());
   setenv("FLAGCX_SOCKET_NTHREADS", "-1", 1);
   paramsReload();
-  EXPECT_EQ(paramInt(Param::SOCKET_NTHREADS), 1);
+  EXPECT_EQ(paramInt(Param::SOCKET_NTHREADS), -2);  // the default: auto
   EXPECT_EQ(paramsNotes().size(), 1u);
   unsetenv("FLAGCX_SOCKET_NTHREADS");
   unsetenv("FLAGCX_DEBUG");
