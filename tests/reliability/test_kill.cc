@@ -5,7 +5,8 @@
 // flagcxCommGetAsyncError, and come out of flagcxCommAbort within 2 s.
 //
 // REL_FULL=1 (the `full` suite) repeats each configuration 20 times;
-// REL_ITERS=n overrides the count; REL_SEED=s replays a run.
+// REL_ITERS=n overrides the count; REL_SEED=s replays a run; REL_SOCKET_ONLY=1
+// runs the socket configurations only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -243,6 +244,9 @@ std::string runOnce(int nranks, bool shm, int sig, Phase phase, Figures *fig) {
 void runMatrix(const char *what, int sig, Phase phase, int quickIters,
                std::vector<bool> transports = {true, false}, bool quickHalf = false) {
   Figures fig;
+  // REL_SOCKET_ONLY=1: the socket configurations only (rel-kill-socket-helpers
+  // runs them with helper threads forced on).
+  if (harness::envIs("REL_SOCKET_ONLY", "1")) transports = {false};
   int iters = iterations(quickIters);
   bool full = harness::envIs("REL_FULL", "1") || harness::envInt("REL_ITERS", 0) > 0;
   int idx = 0;
