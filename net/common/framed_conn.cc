@@ -62,14 +62,17 @@ flagcxResult_t FramedConn::fail(flagcxResult_t code) {
   return error_;
 }
 
-void FramedConn::cancelBg() {
+bool FramedConn::cancelBg() {
+  bool any = false;
   for (Lane &l : lanes_) {
     if (!l.sBg && !l.rBg) continue;
     l.pipe->cancelBg();
     l.sBg = l.rBg = false;
     l.closed = true;  // shut down: nothing more comes or goes on it
     anyLaneClosed_ = true;
+    any = true;
   }
+  return any;
 }
 
 void FramedConn::freeSlot(int slot) {
@@ -359,7 +362,9 @@ flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {
 }
 
 void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
-  cancelBg();  // the call gave up: its buffers go back to the caller
+  // The call gave up and its buffers go back to the caller: end the helper
+  // jobs first.  Lanes they shut down carry nothing more, so the Conn fails.
+  if (cancelBg()) fail(code == flagcxSuccess ? flagcxRemoteError : code);
   if (lanes_.empty() || lanes_[0].closed || poisoned_) return;
   Lane &l = lanes_[0];
   // Only between frames: a half-written frame cannot be interrupted.

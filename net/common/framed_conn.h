@@ -217,7 +217,7 @@ class FramedConn final : public Conn {
   void collectPullAcks(bool *moved);
   void freeSlot(int slot);
   flagcxResult_t fail(flagcxResult_t code);
-  void cancelBg();  // every lane's helper job ended (see Pipe::cancelBg)
+  bool cancelBg();  // every lane's helper job ended (Pipe::cancelBg); any were
   flagcxResult_t idle();
   flagcxResult_t lanesAlive();  // every lane's pipe: its peer still there (one WARN if not)
   flagcxResult_t closedLanesCheck();  // a closed lane that pending work still needs: fail
