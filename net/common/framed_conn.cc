@@ -202,22 +202,18 @@ flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {
         flagcxResult_t rc = l.pipe->writeBg(v, l.sLen ? 2 : 1);
         if (rc != flagcxSuccess) return fail(rc);
         l.sBg = true;
-        l.sBgSeen = 0;
       }
     }
-    if (l.sBg) {
+    if (l.sBg) {  // the helper's count covers the header, then the stripe
       size_t got = 0;
       bool fin = false, closed = false;
       flagcxResult_t rc = l.pipe->pollBg(true, &got, &fin, &closed);
       if (rc != flagcxSuccess) return fail(rc);
-      if (got != l.sBgSeen) {
-        *moved = true;
-        l.sBgSeen = got;
-      }
-      if (!fin) return flagcxSuccess;
-      l.sBg = false;
+      if (got != l.sHdrDone + l.sDone) *moved = true;
       l.sHdrDone = std::min(got, sizeof(FrameHeader));
       l.sDone = got - l.sHdrDone;
+      if (!fin) return flagcxSuccess;
+      l.sBg = false;
       if (closed || l.sDone < l.sLen) return closedInSend(l, li);
     }
     iovec iov[2];

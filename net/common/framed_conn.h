@@ -188,7 +188,6 @@ class FramedConn final : public Conn {
     uint64_t sLen = 0, sDone = 0;
     int sSlot = -1;
     bool sBg = false;      // the frame is with the pipe's helper (writeBg)
-    size_t sBgSeen = 0;
     // receive side
     FrameHeader rHdr{};
     size_t rHdrGot = 0;

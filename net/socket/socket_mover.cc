@@ -112,14 +112,12 @@ void SocketMover::run(iovec *iov, int n) {
     }
     int e = errno;
     if (e == EINTR) continue;
-    if (e == EPIPE || e == ECONNRESET || e == ENOTCONN || e == ETIMEDOUT || e == EHOSTUNREACH ||
-        e == ENETUNREACH || e == EAGAIN || e == EWOULDBLOCK) {
-      // EAGAIN: the socket was shut down under us (teardown) or made
-      // non-blocking: either way this job cannot finish.
+    if (e == EAGAIN || e == EWOULDBLOCK) {
+      // The socket was shut down under us (teardown): this job cannot finish.
       closed_.store(true, std::memory_order_relaxed);
       return;
     }
-    err_.store(e, std::memory_order_relaxed);
+    err_.store(e, std::memory_order_relaxed);  // a lost peer too: pollBg's ioError says which
     return;
   }
 }

@@ -1,10 +1,9 @@
-// A helper thread that moves one direction of one TCP connection with
-// blocking calls (FLAGCX_SOCKET_HELPER_BYTES): the engine thread hands it a
-// large payload and polls for completion, and the kernel parks the helper
-// while the connection is full (send) or empty (receive) instead of the
-// engine spinning on EAGAIN.  Measured on 2 cores: blocking send/receive
-// threads move a bidirectional 1-16 MiB exchange 1.3-1.5x faster than one
-// thread polling non-blocking sockets (docs/PERFORMANCE.md, session 14).
+// A helper thread that moves one direction of one TCP lane with blocking
+// calls (FLAGCX_SOCKET_HELPERS): the engine thread hands it a stripe and
+// polls for completion, and the kernel parks the helper while the connection
+// is full (send) or empty (receive).  Each lane's kernel copies then run on
+// a core of their own: on 16 cores, 4 lanes with helpers moved a loopback
+// exchange ~3.5x faster than one thread (docs/PERFORMANCE.md, session 20).
 //
 // Ownership: while a job runs, the helper is the only user of its direction
 // of the socket; the engine thread must not read (receive mover) or write
@@ -35,8 +34,8 @@ class SocketMover {
   struct Status {
     size_t moved = 0;      // bytes of the current job moved so far
     bool finished = false;  // the job ended: all moved, or closed/err set
-    bool closed = false;    // the peer went away (EOF, reset, broken pipe)
-    int err = 0;            // another errno the call failed with
+    bool closed = false;    // EOF, or the socket was shut down under the job
+    int err = 0;            // the errno a call failed with (the pipe classifies it)
   };
   Status poll() const;
   bool busy() const { return started_ != done_.load(std::memory_order_acquire); }

@@ -162,7 +162,7 @@ class SocketPipe final : public Pipe {
     *finished = st.finished;
     *closed = false;
     if (!st.finished) return flagcxSuccess;
-    if (st.err != 0) {
+    if (st.err != 0) {  // classified like the engine's own calls (a lost peer: *closed)
       errno = st.err;
       return ioError(send ? "send" : "recv", closed);
     }
