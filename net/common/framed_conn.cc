@@ -15,9 +15,16 @@ namespace {
 // gets at least this much.  64 KiB, from session 20's sweep with helper
 // threads on 16 cores (docs/PERFORMANCE.md): against 128 and 256 KiB it was
 // as fast or faster at 1-64 MiB and its worst round at >= 1 MiB was the best
-// (1.56x MPICH); it costs at 256 KiB, whose 128 KiB messages then go through
-// helpers (1.19-1.40x against 1.33-1.56x).
+// (1.56x MPICH).
 constexpr uint64_t kMinStripe = 64 * 1024;
+// The smallest message that is split at all; smaller ones go whole on lane 0
+// with the engine thread.  512 KiB (FLAGCX_NET_CHUNK_SIZE's default, so large
+// collectives' slices are still split), from session 21's runs on 16 cores
+// (docs/PERFORMANCE.md): split 128-256 KiB messages cost whether helper
+// threads or the engine moved the stripes (MPICH/flagcx at 256 KiB, medians:
+// allreduce 1.22 split vs 1.65 whole, sendrecv 1.02 with helpers and 1.14
+// without vs 1.41 on one lane).
+constexpr uint64_t kMinSplit = 512 * 1024;
 constexpr uint64_t kStripeAlign = 4096;
 constexpr auto kLiveCheckEvery = std::chrono::milliseconds(50);
 // A gap this long between two progress calls means the caller was not
@@ -29,7 +36,7 @@ constexpr auto kGaveUpGrace = std::chrono::milliseconds(100);
 }  // namespace
 
 int stripeCount(uint64_t length, int nlanes) {
-  if (nlanes <= 1 || length < 2 * kMinStripe) return 1;
+  if (nlanes <= 1 || length < kMinSplit) return 1;
   uint64_t n = length / kMinStripe;
   return static_cast<int>(std::min<uint64_t>(n, static_cast<uint64_t>(nlanes)));
 }

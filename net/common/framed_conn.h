@@ -8,7 +8,8 @@
 // receiver checks it (magic, lane, sequence, tag, length against the posted
 // buffer) before one payload byte is read into user memory.  Lane 0 carries a
 // header for every message (zero-byte messages are a header alone); lane j > 0
-// carries only the stripes of messages large enough to be split j+1 ways.
+// carries only the stripes of messages large enough to be split j+1 ways
+// (at least 512 KiB, and 64 KiB a stripe: stripeCount()).
 // One lane (shm) is the common case; the socket transport uses several TCP
 // connections per Conn as lanes.
 //

@@ -1,6 +1,7 @@
 // TCP transport.  Each Conn (peer, channel) owns `lanes` TCP connections,
 // lanes = FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD (at most 16);
-// the framing engine (net/common) stripes large messages across them.
+// the framing engine (net/common) stripes messages of 512 KiB or more across
+// them.
 //
 // Progress runs in the caller's thread (test()/progress()), all lanes of a
 // Conn in turn.  With FLAGCX_SOCKET_HELPERS on (auto: 4+ cores per rank),
