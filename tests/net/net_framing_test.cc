@@ -125,9 +125,11 @@ TEST(NetFraming, StripeLayoutCoversMessage) {
     for (uint64_t len : {0ull, 1ull, 524287ull, 524288ull, 3000001ull, 5ull << 30}) {
       int n = stripeCount(len, lanes);
       ASSERT_GE(n, 1);
-      if (len < 512 * 1024) EXPECT_EQ(n, 1) << len << " bytes are sent whole";
-      if (len >= 512 * 1024)  // 64 KiB a stripe at least
+      if (len < 512 * 1024) {
+        EXPECT_EQ(n, 1) << len << " bytes are sent whole";
+      } else {  // 64 KiB a stripe at least
         EXPECT_EQ(n, static_cast<int>(std::min<uint64_t>(len / 65536, lanes))) << len << " bytes, " << lanes << " lanes";
+      }
       ASSERT_LE(n, lanes);
       uint64_t next = 0;
       for (int l = 0; l < n; l++) {
