@@ -15,9 +15,11 @@
 // per chunk, not per message.  No syscall on the fast path.  A peer that
 // vanishes is noticed through a "closed" flag set by its destructor, or, when
 // it was killed, through kill(pid, 0) / its /proc state, checked by the
-// engine's idle path at most every 50 ms.  (Ranks that share /dev/shm but
-// not a pid namespace would defeat the pid check; the FLAGCX_TIMEOUT stall
-// check in the engine still bounds every wait then.)
+// engine's idle path at most every 50 ms.  Ranks that share /dev/shm but
+// not a PID namespace (containers of one pod) cannot use each other's pids
+// (base/proc_ns.h): between them there is no pid check and no reading of
+// the peer's memory (rings only); a killed peer is then noticed by the
+// FLAGCX_TIMEOUT stall check.
 //
 // Untrusted peer: the ring sizes are fixed at set-up, and every counter read
 // from the peer is checked (0 <= tail - head <= size) before it is used, so
@@ -43,6 +45,7 @@
 #include "base/shared_mem.h"
 #include "base/params.h"
 #include "net/common/framed_conn.h"
+#include "base/proc_ns.h"
 #include "net/common/proc_alive.h"
 #include "net/net.h"
 #include "net/shm/segment.h"
@@ -292,13 +295,18 @@ class ShmPipe final : public Pipe {
 
 // A rank killed inside the short window between creating its segment and
 // unlinking it (during connectAll) leaves a name behind; the next set-up on
-// this host removes names whose creator (pid in the name) is gone.
+// this host removes names whose creator (pid and PID namespace in the name)
+// is gone.  Names from other namespaces are left alone: their pids mean
+// nothing here.
 void removeOrphans() {
   DIR *d = opendir("/dev/shm");
   if (d == nullptr) return;
+  const unsigned ns = pidNamespaceId();
   while (dirent *e = readdir(d)) {
     int pid = 0;
-    if (sscanf(e->d_name, "flagcx-shm-%d-", &pid) != 1 || pid <= 0) continue;
+    unsigned theirNs = 0;
+    if (sscanf(e->d_name, "flagcx-shm-%d-%x-", &pid, &theirNs) != 2 || pid <= 0 || theirNs != ns)
+      continue;
     if (!processGone(pid)) continue;
     std::string name = std::string("/") + e->d_name;
     if (shm_unlink(name.c_str()) == 0)
@@ -312,6 +320,8 @@ struct NameMsg {
   uint64_t ringBytes;
   int32_t nchannels;
   int32_t pid;
+  uint32_t pidNs;  // pidNamespaceId(): `pid` is usable only in the same one
+  uint32_t pad;
   char name[64];
 };
 
@@ -345,6 +355,7 @@ class ShmTransport final : public Transport {
     static std::atomic<uint32_t> counter{0};
     const int me = bs.rank();
     removeOrphans();
+    const unsigned myNs = pidNamespaceId();
     if (peers.empty()) return flagcxSuccess;
 
     std::vector<Peer> ps(peers.size());
@@ -360,8 +371,8 @@ class ShmTransport final : public Transport {
       uint32_t rnd;
       randomBytes(&rnd, sizeof rnd);
       char name[64];
-      snprintf(name, sizeof name, "/flagcx-shm-%d-%d-%u-%08x", static_cast<int>(getpid()), p.rank,
-               counter.fetch_add(1), rnd);
+      snprintf(name, sizeof name, "/flagcx-shm-%d-%x-%d-%u-%08x", static_cast<int>(getpid()), myNs,
+               p.rank, counter.fetch_add(1), rnd);
       FLAGCX_CHECK(Segment::create(name, segBytes, &p.mine));
       for (int c = 0; c < nchannels; c++) {
         RingCtl *r = ringAt(*p.mine, c, ringBytes);
@@ -382,6 +393,7 @@ class ShmTransport final : public Transport {
       m.ringBytes = ringBytes;
       m.nchannels = nchannels;
       m.pid = getpid();
+      m.pidNs = myNs;
       snprintf(m.name, sizeof m.name, "%s", name);
       FLAGCX_CHECK(bs.send(p.rank, kTagName, &m, sizeof m));
     }
@@ -416,7 +428,7 @@ class ShmTransport final : public Transport {
             uint64_t probe = 0;
             iovec local{&probe, sizeof probe};
             iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
-            bool ok = paramInt(Param::SHM_PULL) != 0 &&
+            bool ok = paramInt(Param::SHM_PULL) != 0 && p.msg.pidNs == myNs &&
                       process_vm_readv(p.msg.pid, &local, 1, &far, 1, 0) == sizeof probe &&
                       probe == kRingMagic;
             ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
@@ -424,7 +436,11 @@ class ShmTransport final : public Transport {
         }
       }
       if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
-      p.pid = p.msg.pid;
+      // 0: no pid checks on a peer of another PID namespace (see the top).
+      p.pid = p.msg.pidNs == myNs ? p.msg.pid : 0;
+      if (p.pid == 0)
+        INFO(kShm, "shm: rank %d: peer %d runs in another PID namespace; no pid liveness check, "
+             "no single-copy pull", me, p.rank);
       int32_t ack = rc == flagcxSuccess ? 1 : 0;
       FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
     }

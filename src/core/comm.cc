@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "base/proc_ns.h"
 #include "adapters/ccl/ccl.h"
 #include "net/ibverbs/ib_transport.h"
 #include "sched/algo_set.h"
@@ -203,6 +204,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   std::string hostName;
   self.hostHash = localHostHash(&hostName);
   self.pid = getpid();
+  self.pidNs = pidNamespaceId();
   self.deviceKind = static_cast<int32_t>(dev->kind());
   snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
   FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));

@@ -80,11 +80,11 @@ flagcxResult_t OneSided::setup() {
   const auto &peers = comm_->bs->peers();
   pid_.resize(n);
   local_.assign(n, false);
-  sameHost_.assign(n, false);
+  pidUsable_.assign(n, false);
   live_.reset(new Liveness[n]);
   for (size_t r = 0; r < n; r++) {
     pid_[r] = peers[r].pid;
-    sameHost_[r] = peers[r].hostHash == peers[static_cast<size_t>(rank_)].hostHash;
+    pidUsable_[r] = pidsComparable(peers[r], peers[static_cast<size_t>(rank_)]);
     // (via[rank] is null: no transport reaches a rank itself.)
     local_[r] = static_cast<int>(r) == rank_ || (comm_->shm && comm_->via[r] == comm_->shm.get());
   }

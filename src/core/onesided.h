@@ -125,7 +125,7 @@ class OneSided {
   std::vector<uint64_t> consumed_;           // signals from each rank consumed by waits
   std::vector<pid_t> pid_;
   std::vector<bool> local_;                  // same host, reached over shm
-  std::vector<bool> sameHost_;
+  std::vector<bool> pidUsable_;              // pid_[r] names rank r here (one host and PID namespace)
   // Same-host liveness, looked at no more than every 20 ms per peer.
   struct Liveness {
     std::atomic<int64_t> nextNs{0};

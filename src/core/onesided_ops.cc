@@ -43,12 +43,12 @@ flagcxResult_t waitTrampoline(void *arg) {
 }  // namespace
 
 // Whether a peer can no longer answer: its engine Conn failed, or (same
-// host) its process is gone.
+// host and PID namespace) its process is gone.
 flagcxResult_t OneSided::peerProblem(int peer) {
   if (peer == rank_) return flagcxSuccess;
   if (eng_->serves(peer) && eng_->peerGone(peer)) return flagcxRemoteError;
   size_t p = static_cast<size_t>(peer);
-  if (!sameHost_[p]) return flagcxSuccess;
+  if (!pidUsable_[p]) return flagcxSuccess;
   Liveness &l = live_[p];
   int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -54,7 +54,7 @@ flagcxResult_t setupDirect(ExecState *s, bool canDirect) {
   s->dx.sameProcess.assign(static_cast<size_t>(s->nranks), 0);
   for (int p = 0; p < s->nranks; p++) {
     const PeerInfo &pi = peers[static_cast<size_t>(p)];
-    s->dx.sameProcess[static_cast<size_t>(p)] = pi.pid == me.pid && pi.hostHash == me.hostHash;
+    s->dx.sameProcess[static_cast<size_t>(p)] = sameProcess(pi, me);
     // A rank of this process reads our memory directly (CUDA does not open
     // an IPC handle in the process that made it).
     if (p == s->rank || s->dx.sameProcess[static_cast<size_t>(p)]) continue;

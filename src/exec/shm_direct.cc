@@ -97,7 +97,7 @@ bool peersTouchRecv(const CollArgs &a, int q) {
 bool oneProcess(const ExecState *s, int q, int r) {
   const auto &peers = s->env.bs->peers();
   const PeerInfo &a = peers[static_cast<size_t>(q)], &b = peers[static_cast<size_t>(r)];
-  return a.pid == b.pid && a.hostHash == b.hostHash;
+  return sameProcess(a, b);
 }
 
 // Rank q's buffer as this process reaches it: its address in this process,

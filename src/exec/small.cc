@@ -153,7 +153,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   if (s->rank == 0) sm->seg->unlink();  // every rank has mapped it (or failed)
   const auto &peers = bs->peers();
   for (const PeerInfo &pi : peers)
-    sm->oneProcess = sm->oneProcess && pi.pid == peers[0].pid && pi.hostHash == peers[0].hostHash;
+    sm->oneProcess = sm->oneProcess && sameProcess(pi, peers[0]);
   for (int v : oks)
     if (!v || v != oks[0]) {
       INFO(kShm, "rank %d: a rank could not map the block for small collectives, or the ranks "

@@ -21,6 +21,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "base/proc_ns.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;
@@ -29,7 +30,7 @@ using namespace flagcx::p2p;
 namespace {
 
 constexpr uint32_t kHelloKindP2p = 4;
-constexpr uint32_t kInfoVersion = 2;
+constexpr uint32_t kInfoVersion = 3;  // 3: pidNs
 
 struct Info {
   uint32_t version;
@@ -45,7 +46,7 @@ struct Info {
   uint32_t lanePort;  // accepting side only
   uint8_t laneToken[16];
   uint32_t rdmaKind;  // rdmaKind(engine's device)
-  uint32_t pad;
+  uint32_t pidNs;     // pidNamespaceId(): `pid` means something only in the same one
 };
 
 struct LaneHello {
@@ -119,6 +120,7 @@ Info localInfo(FlagcxP2pEngine *e, uint32_t nregions) {
   Info in{};
   in.version = kInfoVersion;
   in.pid = static_cast<int32_t>(getpid());
+  in.pidNs = pidNamespaceId();
   in.gpuIdx = e->gpuIdx;
   in.lanes = static_cast<uint32_t>(lanesPerConn());
   in.hostId = hostId();
@@ -130,18 +132,25 @@ Info localInfo(FlagcxP2pEngine *e, uint32_t nregions) {
   return in;
 }
 
+// One process: one host, one PID namespace, one pid.
+bool samePid(const Info &a, const Info &b) {
+  return a.hostId == b.hostId && a.pidNs == b.pidNs && a.pid == b.pid;
+}
+
 // Do both ends set up a queue pair?  The same answer on both sides: peers
 // on other hosts with RDMA devices of one kind, or, on one host, when shared
 // memory is off at either end (how the tests reach verbs on one machine).
 bool verbsWanted(const Info &mine, const Info &peer) {
   if (mine.rdmaKind == 0 || mine.rdmaKind != peer.rdmaKind) return false;
   if (peer.hostId != mine.hostId) return true;
-  return peer.pid != mine.pid && (mine.shmDisable || peer.shmDisable);
+  return !samePid(mine, peer) && (mine.shmDisable || peer.shmDisable);
 }
 
-// May this process move the peer's bytes by CMA?
+// May this process move the peer's bytes by CMA?  Only where its pid names
+// it here: one host and one PID namespace (base/proc_ns.h).
 bool cmaUsable(const Info &mine, const Info &peer) {
-  if (peer.hostId != mine.hostId || mine.shmDisable || peer.shmDisable) return false;
+  if (peer.hostId != mine.hostId || peer.pidNs != mine.pidNs || mine.shmDisable || peer.shmDisable)
+    return false;
   return cmaProbe(peer.pid, peer.cookieAddr, peer.cookie);
 }
 
@@ -153,7 +162,7 @@ FlagcxP2pConn *newConn(FlagcxP2pEngine *e, const Info &mine, const Info &peer,
   c->remoteGpuIdx = peer.gpuIdx;
   c->remotePid = peer.pid;
   c->isLocal = peer.hostId == mine.hostId;
-  c->sameProcess = c->isLocal && peer.pid == mine.pid;
+  c->sameProcess = c->isLocal && samePid(mine, peer);
   c->remoteRegions = table;
   uint32_t lanes = std::min(mine.lanes, peer.lanes);
   for (uint32_t i = 0; i < lanes; i++) {

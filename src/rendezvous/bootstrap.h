@@ -23,10 +23,20 @@ struct PeerInfo {
   int32_t pid = 0;
   int32_t deviceKind = 0;  // 0 host, 1 cuda
   int32_t deviceIndex = 0;
-  int32_t pad = 0;
+  uint32_t pidNs = 0;      // pidNamespaceId(): where `pid` means something
   SockAddr bootAddr;       // where this rank's bootstrap listens
   char host[64] = {};      // host name, for messages
 };
+
+// Whether a's pid names the same process to b as to a: one host, one PID
+// namespace (base/proc_ns.h).  Only then may b use a's pid.
+inline bool pidsComparable(const PeerInfo &a, const PeerInfo &b) {
+  return a.hostHash == b.hostHash && a.pidNs == b.pidNs;
+}
+// Two ranks in one process (threads of it).
+inline bool sameProcess(const PeerInfo &a, const PeerInfo &b) {
+  return pidsComparable(a, b) && a.pid == b.pid;
+}
 
 class Bootstrap {
  public:

@@ -1,5 +1,5 @@
 // A bare bootstrap network for transport-level tests (no communicator): this
-// rank's PeerInfo from its host name and pid.
+// rank's PeerInfo from its host name, pid and PID namespace.
 #pragma once
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "flagcx.h"
+#include "base/proc_ns.h"
 #include "rendezvous/bootstrap.h"
 
 namespace harness {
@@ -20,6 +21,7 @@ inline std::unique_ptr<flagcx::Bootstrap> makeBootstrap(int rank, int nranks,
   gethostname(host, sizeof host - 1);
   self.hostHash = std::hash<std::string>()(host);
   self.pid = getpid();
+  self.pidNs = flagcx::pidNamespaceId();
   snprintf(self.host, sizeof self.host, "%s", host);
   std::unique_ptr<flagcx::Bootstrap> bs;
   if (flagcx::Bootstrap::create(id, rank, nranks, self, &bs) != flagcxSuccess) return nullptr;

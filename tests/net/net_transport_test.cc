@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "base/proc_ns.h"
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/socket.h"
 #include "net/ibverbs/ib_transport.h"
@@ -559,7 +560,9 @@ TEST(NetShm, OrphanSegmentRemovedBySetUp) {
       return 1;
     }
     pid_t victim = bs->peers()[0].pid;
-    std::string prefix = "/dev/shm/flagcx-shm-" + std::to_string(victim) + "-1-";
+    char prefix[96];  // flagcx-shm-<pid>-<pid namespace, hex>-<peer rank>-
+    snprintf(prefix, sizeof prefix, "/dev/shm/flagcx-shm-%d-%x-1-", static_cast<int>(victim),
+             flagcx::pidNamespaceId());
     auto exists = [&] {
       for (const auto &n : harness::flagcxShmEntries())
         if (("/dev/shm/" + n).rfind(prefix, 0) == 0) return true;

@@ -8,6 +8,9 @@
 #            each way and 64 KiB slices (FLAGCX_P2P_QPS_PER_CONN, _SLICE_SIZE)
 #   netns    two network namespaces joined by a veth pair (IPv6 ULA, nodad),
 #            each under `unshare -u` with its own hostname: two hosts
+#   pidns    one host, each process pid 1 of a PID namespace of its own (as in
+#            two containers of one pod): equal pids are two processes, and
+#            neither may use the other's pid (no cross-memory attach)
 #   secret   FLAGCX_P2P_SECRET differs: the connection is refused
 #   killed   the target is killed (SIGKILL) midway: every later call fails
 #   stopped  the target is stopped (SIGSTOP) midway: every later call fails
@@ -38,6 +41,9 @@ case $mode in
   default) ;;
   # and the engines listen on lo; 2 lanes each way, 64 KiB slices
   tcp) export FLAGCX_SHM_DISABLE=1 FLAGCX_SOCKET_IFNAME=lo FLAGCX_P2P_QPS_PER_CONN=2 FLAGCX_P2P_SLICE_SIZE=65536 ;;
+  pidns)
+    unshare --pid --fork --kill-child true 2>/dev/null || skip "no permission to make PID namespaces"
+    runT=(unshare --pid --fork --kill-child) runI=(unshare --pid --fork --kill-child) ;;
   secret) ;;
   killed) ;;
   stopped) export FLAGCX_TIMEOUT=2 ;;
@@ -91,6 +97,7 @@ case $mode in
     if grep -q "CMA out 1" "$dir/i.log"; then echo "path: cross-memory attach"; else echo "path: TCP (CMA not permitted here)"; fi ;;
   tcp) expect i.log "connected to .*same host, 2 lanes each way, CMA out 0 in 0"
        expect t.log "engine listening on .* (interface lo)" ;;
+  pidns) expect i.log "connected to .*same host.*CMA out 0 in 0" ;;
   netns) expect i.log "connected to .*other host.*CMA out 0 in 0"
          expect i.log "connection is other host" ;;
   netns-verbs) expect i.log "connected to .*other host.*CMA out 0 in 0, verbs 1"
