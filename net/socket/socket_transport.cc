@@ -22,12 +22,11 @@
 // The lower rank of a pair connects, the higher accepts; every data
 // connection proves the unique id's secret (handshake kind 3) and names
 // (rank, channel*lanes + lane) in its hello.  Accepted connections are held
-// in a poll set until their hello arrives, so a silent foreign client never
-// delays the real ones; it is logged and dropped.  Known limit: the
-// handshake itself runs to completion once a client has sent its first
-// byte, so one that sends part of a hello and stops holds set-up up to 5 s
-// (serverHandshake's bound), each such client in turn.  The listener is
-// closed once every expected connection has arrived.
+// in a poll set, each with its handshake as a non-blocking state machine
+// (ServerHandshake), so a foreign client that is silent, or stops part-way
+// through its hello or its proof, never delays the real ones; it is logged
+// and dropped after 10 s.  The listener is closed once every expected
+// connection has arrived.
 #include "net/socket/socket_transport.h"
 
 #include <poll.h>
@@ -433,9 +432,10 @@ class SocketTransport final : public Transport {
     size_t missing = 0;
     for (size_t i = 0; i < peers.size(); i++)
       if (peers[i] < me) missing += static_cast<size_t>(nchannels * pairLanes[i]);
-    struct Waiting {
+    struct Waiting {  // accepted, handshake under way (never blocking: see the top)
       Fd fd;
       Clock::time_point since;
+      std::unique_ptr<ServerHandshake> hs;
     };
     std::vector<Waiting> waiting;
     while (missing > 0) {
@@ -454,10 +454,12 @@ class SocketTransport final : public Transport {
              me, who.c_str());
         return flagcxRemoteError;
       }
-      // A connection that says nothing for long is not one of ours.
+      // A connection that has not finished its handshake for long is not
+      // one of ours.
       for (size_t w = 0; w < waiting.size();) {
         if (now - waiting[w].since > std::chrono::seconds(10)) {
-          WARN(kNet, "socket rank %d: dropped a connection that sent no hello for 10 s", me);
+          waiting[w].hs->giveUp();
+          WARN(kNet, "socket rank %d: dropped a connection that did not finish its handshake in 10 s", me);
           waiting.erase(waiting.begin() + static_cast<long>(w));
         } else {
           w++;
@@ -465,7 +467,7 @@ class SocketTransport final : public Transport {
       }
       std::vector<pollfd> pf;
       pf.push_back({lfd, POLLIN, 0});
-      for (auto &w : waiting) pf.push_back({w.fd.get(), POLLIN, 0});
+      for (auto &w : waiting) pf.push_back({w.fd.get(), w.hs->events(), 0});
       int rc = poll(pf.data(), pf.size(), 100);
       if (rc < 0 && errno != EINTR) {
         WARN(kNet, "socket connectAll: poll failed: %s", strerror(errno));
@@ -475,12 +477,12 @@ class SocketTransport final : public Transport {
       // Handshakes first (indices shift when we erase), then new arrivals.
       for (size_t k = pf.size(); k-- > 1;) {
         if (pf[k].revents == 0) continue;
+        flagcxResult_t hrc = waiting[k - 1].hs->step();
+        if (hrc == flagcxInProgress) continue;
         Fd fd = std::move(waiting[k - 1].fd);
+        Hello h = waiting[k - 1].hs->hello();
         waiting.erase(waiting.begin() + static_cast<long>(k - 1));
-        Hello h{};
-        if (serverHandshake(fd.get(), bs.secret(), kHelloKindTransport, &h, deadline) !=
-            flagcxSuccess)
-          continue;  // logged by serverHandshake; fd closes here
+        if (hrc != flagcxSuccess) continue;  // logged by the handshake; fd closes here
         size_t i = std::find(peers.begin(), peers.end(), h.rank) - peers.begin();
         if (h.nranks != bs.nranks() || i == peers.size() || h.rank >= me || h.channel < 0 ||
             static_cast<size_t>(h.channel) >= (*fds)[i].size() ||
@@ -497,7 +499,8 @@ class SocketTransport final : public Transport {
           int fd = -1;
           FLAGCX_CHECK(acceptOne(lfd, Clock::now(), &fd));
           if (fd < 0) break;
-          waiting.push_back({Fd(fd), Clock::now()});
+          waiting.push_back({Fd(fd), Clock::now(),
+                             std::make_unique<ServerHandshake>(fd, bs.secret(), kHelloKindTransport)});
         }
       }
     }

@@ -12,7 +12,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "base/log.h"
@@ -377,35 +379,98 @@ flagcxResult_t clientHandshake(int fd, const Secret &secret, const Hello &hello,
   return flagcxSuccess;
 }
 
+namespace {
+std::string peerOf(int fd) {
+  sockaddr_storage from{};
+  socklen_t fl = sizeof(from);
+  if (getpeername(fd, reinterpret_cast<sockaddr *>(&from), &fl) != 0) return "?";
+  SockAddr peer;
+  memcpy(&peer.u, &from, std::min<size_t>(fl, sizeof(peer.u)));
+  peer.len = fl;
+  return peer.str();
+}
+}  // namespace
+
+ServerHandshake::ServerHandshake(int fd, const Secret &secret, uint32_t expectKind)
+    : fd_(fd), secret_(secret), kind_(expectKind) {}
+
+short ServerHandshake::events() const {
+  return phase_ == Phase::Nonce || phase_ == Phase::Ok ? POLLOUT : POLLIN;
+}
+
+flagcxResult_t ServerHandshake::reject(const char *why) const {
+  WARN(kBootstrap, "rejected a connection from %s: %s", peerOf(fd_).c_str(), why);
+  return flagcxRemoteError;
+}
+
+void ServerHandshake::giveUp() const {
+  (void)reject(phase_ == Phase::Hello ? "bad hello (incomplete)"
+                                      : "it did not prove the unique id's secret (no answer)");
+}
+
+flagcxResult_t ServerHandshake::step() {
+  static const uint8_t kOk = 1;
+  for (;;) {
+    char *buf = nullptr;
+    size_t len = 0;
+    bool out = false;
+    switch (phase_) {
+      case Phase::Hello: buf = reinterpret_cast<char *>(&hello_), len = sizeof hello_; break;
+      case Phase::Nonce: buf = reinterpret_cast<char *>(nonce_), len = sizeof nonce_, out = true; break;
+      case Phase::Mac: buf = reinterpret_cast<char *>(&mac_), len = sizeof mac_; break;
+      case Phase::Ok: buf = const_cast<char *>(reinterpret_cast<const char *>(&kOk)), len = 1, out = true; break;
+      case Phase::Done: return flagcxSuccess;
+    }
+    while (done_ < len) {
+      ssize_t n = out ? send(fd_, buf + done_, len - done_, MSG_DONTWAIT | MSG_NOSIGNAL)
+                      : recv(fd_, buf + done_, len - done_, MSG_DONTWAIT);
+      if (n > 0) {
+        done_ += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return flagcxInProgress;
+      return phase_ == Phase::Hello ? reject("bad hello")
+                                    : reject("it did not prove the unique id's secret");
+    }
+    done_ = 0;
+    switch (phase_) {
+      case Phase::Hello:
+        if (hello_.magic != kHelloMagic || hello_.kind != kind_) return reject("bad hello");
+        randomBytes(nonce_, sizeof nonce_);
+        phase_ = Phase::Nonce;
+        break;
+      case Phase::Nonce: phase_ = Phase::Mac; break;
+      case Phase::Mac: {
+        Proof pr{};
+        memcpy(pr.nonce, nonce_, sizeof nonce_);
+        pr.hello = hello_;
+        if (mac_ != macOf(secret_, &pr, sizeof pr))
+          return reject("it did not prove the unique id's secret");
+        phase_ = Phase::Ok;
+        break;
+      }
+      case Phase::Ok: phase_ = Phase::Done; break;
+      case Phase::Done: break;
+    }
+  }
+}
+
 flagcxResult_t serverHandshake(int fd, const Secret &secret, uint32_t expectKind, Hello *hello,
                                Clock::time_point deadline) {
   // A foreign client gets at most a short time to prove itself.
   auto shortDeadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-  Proof pr{};
-  sockaddr_storage from{};
-  socklen_t fl = sizeof(from);
-  getpeername(fd, reinterpret_cast<sockaddr *>(&from), &fl);
-  SockAddr peer;
-  memcpy(&peer.u, &from, std::min<size_t>(fl, sizeof(peer.u)));
-  peer.len = fl;
-  if (recvAll(fd, &pr.hello, sizeof(pr.hello), shortDeadline) != flagcxSuccess ||
-      pr.hello.magic != kHelloMagic || pr.hello.kind != expectKind) {
-    WARN(kBootstrap, "rejected a connection from %s: bad hello", peer.str().c_str());
-    return flagcxRemoteError;
+  ServerHandshake hs(fd, secret, expectKind);
+  for (;;) {
+    flagcxResult_t rc = hs.step();
+    if (rc == flagcxSuccess) *hello = hs.hello();
+    if (rc != flagcxInProgress) return rc;
+    if (Clock::now() >= shortDeadline) {
+      hs.giveUp();
+      return flagcxRemoteError;
+    }
+    pollfd pf{fd, hs.events(), 0};
+    poll(&pf, 1, msLeft(shortDeadline));
   }
-  randomBytes(pr.nonce, sizeof(pr.nonce));
-  uint64_t mac = 0;
-  if (sendAll(fd, pr.nonce, sizeof(pr.nonce), shortDeadline) != flagcxSuccess ||
-      recvAll(fd, &mac, sizeof(mac), shortDeadline) != flagcxSuccess ||
-      mac != macOf(secret, &pr, sizeof(pr))) {
-    WARN(kBootstrap, "rejected a connection from %s: it did not prove the unique id's secret",
-         peer.str().c_str());
-    return flagcxRemoteError;
-  }
-  uint8_t ok = 1;
-  FLAGCX_CHECK(sendAll(fd, &ok, 1, shortDeadline));
-  *hello = pr.hello;
-  return flagcxSuccess;
 }
 
 }  // namespace flagcx

@@ -94,8 +94,39 @@ flagcxResult_t clientHandshake(int fd, const Secret &secret, const Hello &hello,
                                Clock::time_point deadline);
 // On success *hello holds the authenticated hello.  On a bad proof returns
 // flagcxRemoteError after logging the peer address; the caller closes fd.
+// Blocks (at most 5 s for a client that stops mid-way): for accept loops
+// that serve one connection at a time.
 flagcxResult_t serverHandshake(int fd, const Secret &secret, uint32_t expectKind, Hello *hello,
                                Clock::time_point deadline);
+
+// The accepting side of the handshake as a state machine, for accept loops
+// that hold many connections at once: step() moves what the socket allows
+// now and never blocks, so a client that stops half-way holds up nobody.
+class ServerHandshake {
+ public:
+  ServerHandshake(int fd, const Secret &secret, uint32_t expectKind);
+  // flagcxInProgress: call again once poll() reports events() on the fd;
+  // flagcxSuccess: hello() is authenticated; else rejected (logged), close
+  // the fd.
+  flagcxResult_t step();
+  short events() const;
+  const Hello &hello() const { return hello_; }
+  // The client stopped before it was through (the caller's deadline): log
+  // it as step() logs a rejection.
+  void giveUp() const;
+
+ private:
+  enum class Phase { Hello, Nonce, Mac, Ok, Done };
+  flagcxResult_t reject(const char *why) const;
+  int fd_;
+  const Secret &secret_;
+  uint32_t kind_;
+  Phase phase_ = Phase::Hello;
+  size_t done_ = 0;  // bytes of the current phase moved
+  Hello hello_{};
+  uint8_t nonce_[16] = {};
+  uint64_t mac_ = 0;
+};
 
 constexpr uint64_t kHelloMagic = 0x464c414743584831ull;  // "FLAGCXH1"
 

@@ -588,6 +588,17 @@ INSTANTIATE_TEST_SUITE_P(Transports, NetTest, ::testing::ValuesIn(kVariants),
                            return std::string(i.param.name);
                          });
 
+// Three connections to a rank's data listener, for foreign-client tests (-1
+// where one failed).  Called from the listen hook, while the listener is
+// surely open: the kernel completes them into its backlog.
+std::array<int, 3> connectThree(const flagcx::SockAddr &a) {
+  auto dl = flagcx::Clock::now() + std::chrono::seconds(10);
+  std::array<int, 3> fds;
+  for (int &fd : fds)
+    if (flagcx::connectTo(a, dl, &fd) != flagcxSuccess) fd = -1;
+  return fds;
+}
+
 // Foreign clients (garbage, a wrong secret, silence) aimed at a rank's data
 // listener are rejected while the real connections complete.
 TEST(NetSocket, ForeignClientsRejected) {
@@ -597,12 +608,8 @@ TEST(NetSocket, ForeignClientsRejected) {
     std::atomic<int> rejected{0};
     if (rank == 2) {  // the highest rank only accepts
       flagcx::socketTransportSetListenHook([&](const flagcx::SockAddr &a) {
-        // Connect now, while the listener is surely open (the kernel
-        // completes the connections into its backlog); talk from a thread.
+        std::array<int, 3> fds = connectThree(a);  // then talk from a thread
         auto dl = flagcx::Clock::now() + std::chrono::seconds(10);
-        std::array<int, 3> fds;
-        for (int &fd : fds)
-          if (flagcx::connectTo(a, dl, &fd) != flagcxSuccess) fd = -1;
         // 1: garbage
         char junk[100];
         memset(junk, 0xa5, sizeof junk);
@@ -626,6 +633,43 @@ TEST(NetSocket, ForeignClientsRejected) {
     else failures += exchange(s, rank, {{(rank + 1) % nranks, (rank + nranks - 1) % nranks}});
     if (intruder.joinable()) intruder.join();
     if (rank == 2) RANK_EXPECT(rejected == 1, "the wrong-secret client was not rejected");
+    if (s.bs) RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
+    return failures;
+  }, {}, kDeadline);
+  EXPECT_EQ(out.failures(), "");
+}
+
+// Foreign clients that stop part-way -- half a hello; a whole hello and then
+// no proof -- must not hold up the real connections: each handshake moves
+// only as its socket allows (ServerHandshake).  The intruders hold on for
+// 4 s; set-up must be through before they let go (serverHandshake's 5 s
+// bound per client made it wait that long for each, one after another).
+TEST(NetSocket, ClientsStoppedMidHandshakeDoNotHoldSetUp) {
+  auto out = harness::run(3, [&](int rank, int nranks, flagcxUniqueId *id) {
+    int failures = 0;
+    std::thread intruder;
+    std::atomic<bool> released{false};
+    if (rank == 2) {  // the highest rank only accepts
+      flagcx::socketTransportSetListenHook([&](const flagcx::SockAddr &a) {
+        std::array<int, 3> fds = connectThree(a);
+        flagcx::Hello h{flagcx::kHelloMagic, 3, 0, 0, 3};
+        const char *hb = reinterpret_cast<const char *>(&h);
+        if (fds[0] >= 0) send(fds[0], hb, sizeof h / 2, MSG_NOSIGNAL);  // half a hello
+        if (fds[1] >= 0) send(fds[1], hb, sizeof h, MSG_NOSIGNAL);      // no proof follows
+        if (fds[2] >= 0) send(fds[2], hb, 3, MSG_NOSIGNAL);
+        intruder = std::thread([fds, &released] {
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          released = true;
+          for (int fd : fds)
+            if (fd >= 0) close(fd);
+        });
+      });
+    }
+    RankNet s;
+    if (!setup(&s, "socket", rank, nranks, id)) failures++;
+    if (rank == 2) RANK_EXPECT(!released, "set-up waited for the stopped clients to go away");
+    if (s.bs) failures += exchange(s, rank, {{(rank + 1) % nranks, (rank + nranks - 1) % nranks}});
+    if (intruder.joinable()) intruder.join();
     if (s.bs) RANK_EXPECT(s.bs->barrier() == flagcxSuccess, "barrier");
     return failures;
   }, {}, kDeadline);
