@@ -77,7 +77,15 @@ if [ "$imode" = killed ]; then
   for _ in $(seq 600); do [ -e "$dir/ready-to-kill" ] && break; sleep 0.1; done
   [ -e "$dir/ready-to-kill" ] || { echo "FAIL: the initiator never got ready"; ok=1; }
   case $mode in
-    *stopped) kill -STOP "$pt" ;;
+    *stopped) kill -STOP "$pt"
+      # kill returns before every thread has stopped: a thread blocked in a
+      # receive can still wake and answer one more request (measured: 91 of
+      # 200 tries).  The initiator goes on only once all of them are in T.
+      for _ in $(seq 1000); do
+        st=$(cat /proc/"$pt"/task/*/stat 2>/dev/null | sed 's/.*) //' | cut -d' ' -f1 | sort -u | tr -d '\n')
+        case $st in T|t|Tt|tT) break ;; esac
+        sleep 0.01
+      done ;;
     *) kill -9 "$pt"; wait "$pt" 2>/dev/null ;;
   esac
   echo 1 > "$dir/killed"
