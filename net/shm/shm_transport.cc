@@ -298,10 +298,9 @@ class ShmPipe final : public Pipe {
 // this host removes names whose creator (pid and PID namespace in the name)
 // is gone.  Names from other namespaces are left alone: their pids mean
 // nothing here.
-void removeOrphans() {
+void removeOrphans(unsigned ns) {
   DIR *d = opendir("/dev/shm");
   if (d == nullptr) return;
-  const unsigned ns = pidNamespaceId();
   while (dirent *e = readdir(d)) {
     int pid = 0;
     unsigned theirNs = 0;
@@ -354,8 +353,8 @@ class ShmTransport final : public Transport {
     size_t segBytes = static_cast<size_t>(nchannels) * (kCtlBytes + ringBytes);
     static std::atomic<uint32_t> counter{0};
     const int me = bs.rank();
-    removeOrphans();
     const unsigned myNs = pidNamespaceId();
+    removeOrphans(myNs);
     if (peers.empty()) return flagcxSuccess;
 
     std::vector<Peer> ps(peers.size());
@@ -403,6 +402,7 @@ class ShmTransport final : public Transport {
     for (Peer &p : ps) {
       FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
       p.msg.name[sizeof p.msg.name - 1] = 0;
+      const bool pidUsable = p.msg.pidNs == myNs;  // its pid names it here (see the top)
       flagcxResult_t rc = flagcxSuccess;
       if (p.msg.magic != kRingMagic || p.msg.nchannels != nchannels ||
           p.msg.ringBytes != ringBytes || strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
@@ -428,7 +428,7 @@ class ShmTransport final : public Transport {
             uint64_t probe = 0;
             iovec local{&probe, sizeof probe};
             iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
-            bool ok = paramInt(Param::SHM_PULL) != 0 && p.msg.pidNs == myNs &&
+            bool ok = paramInt(Param::SHM_PULL) != 0 && pidUsable &&
                       process_vm_readv(p.msg.pid, &local, 1, &far, 1, 0) == sizeof probe &&
                       probe == kRingMagic;
             ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
@@ -437,8 +437,8 @@ class ShmTransport final : public Transport {
       }
       if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
       // 0: no pid checks on a peer of another PID namespace (see the top).
-      p.pid = p.msg.pidNs == myNs ? p.msg.pid : 0;
-      if (p.pid == 0)
+      p.pid = pidUsable ? p.msg.pid : 0;
+      if (!pidUsable)
         INFO(kShm, "shm: rank %d: peer %d runs in another PID namespace; no pid liveness check, "
              "no single-copy pull", me, p.rank);
       int32_t ack = rc == flagcxSuccess ? 1 : 0;

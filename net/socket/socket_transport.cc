@@ -458,8 +458,7 @@ class SocketTransport final : public Transport {
       // one of ours.
       for (size_t w = 0; w < waiting.size();) {
         if (now - waiting[w].since > std::chrono::seconds(10)) {
-          waiting[w].hs->giveUp();
-          WARN(kNet, "socket rank %d: dropped a connection that did not finish its handshake in 10 s", me);
+          waiting[w].hs->giveUp();  // logs the peer and how far it got
           waiting.erase(waiting.begin() + static_cast<long>(w));
         } else {
           w++;

@@ -162,7 +162,7 @@ FlagcxP2pConn *newConn(FlagcxP2pEngine *e, const Info &mine, const Info &peer,
   c->remoteGpuIdx = peer.gpuIdx;
   c->remotePid = peer.pid;
   c->isLocal = peer.hostId == mine.hostId;
-  c->sameProcess = c->isLocal && samePid(mine, peer);
+  c->sameProcess = samePid(mine, peer);
   c->remoteRegions = table;
   uint32_t lanes = std::min(mine.lanes, peer.lanes);
   for (uint32_t i = 0; i < lanes; i++) {
