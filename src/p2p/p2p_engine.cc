@@ -269,23 +269,14 @@ FlagcxP2pConn *acceptOn(FlagcxP2pEngine *e, int fd, Clock::time_point dl) {
 // the deadline.
 FlagcxP2pConn *acceptNext(FlagcxP2pEngine *e, Clock::time_point until) {
   std::lock_guard<std::mutex> lk(e->acceptMu);
-  while (!e->stopAccept.load() && Clock::now() < until) {
-    int fd = -1;
-    auto slice = std::min(until, Clock::now() + std::chrono::milliseconds(200));
-    if (acceptOne(e->listenFd, slice, &fd, e->acceptWake.fd()) != flagcxSuccess) return nullptr;
-    if (fd < 0) continue;
+  for (;;) {
     Hello h{};
-    auto dl = deadlineFromTimeout();
-    if (serverHandshake(fd, e->secret, kHelloKindP2p, &h, dl) != flagcxSuccess) {
-      INFO(kP2P, "P2P: refused a connection (bad hello or FLAGCX_P2P_SECRET differs)");
-      close(fd);
-      continue;
-    }
-    FlagcxP2pConn *c = acceptOn(e, fd, dl);
+    int fd = nextAuthenticated(e, kHelloKindP2p, until, &h);
+    if (fd < 0) return nullptr;
+    FlagcxP2pConn *c = acceptOn(e, fd, deadlineFromTimeout());
     close(fd);
     if (c) return c;
   }
-  return nullptr;
 }
 
 }  // namespace
@@ -337,6 +328,7 @@ void flagcxP2pEngineStopAccept(FlagcxP2pEngine *engine) {
 void flagcxP2pEngineDestroy(FlagcxP2pEngine *engine) {
   if (!engine) return;
   flagcxP2pEngineStopAccept(engine);
+  dropPendingHellos(engine);
   std::vector<FlagcxP2pConn *> conns;
   {
     std::lock_guard<std::mutex> lk(engine->connMu);

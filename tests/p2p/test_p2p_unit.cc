@@ -1,9 +1,14 @@
 // The P2P engine inside one process: argument checks, registration rules,
 // descriptors, IPC helpers on host memory, two engines of one process
-// (sameProcess), Accept after StopAccept, and connection teardown.
+// (sameProcess), Accept after StopAccept, strangers that stop mid-handshake,
+// and connection teardown.
 #include <gtest/gtest.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -171,6 +176,85 @@ TEST(P2pUnit, AcceptAfterStopAcceptReturnsAtOnce) {
   EXPECT_EQ(flagcxP2pEngineAccept(e, ip, sizeof(ip), &gpu), nullptr);
   EXPECT_EQ(flagcxP2pEngineGetConn(e, "not-a-session"), nullptr);
   flagcxP2pEngineDestroy(e);
+}
+
+// The engine's address as a connectable host and port: its metadata.
+std::string engineHost(FlagcxP2pEngine *e) {
+  char *meta = nullptr;
+  if (flagcxP2pEngineGetMetadata(e, &meta) != 0) return "";
+  std::string session(meta, std::strcspn(meta, "?"));
+  delete[] meta;
+  std::string host = session.substr(0, session.rfind(':'));
+  if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+int connectRaw(const std::string &host, int port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
+  int fd = socket(res->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+// Strangers ahead of the real peer in the listener's backlog -- one silent,
+// one that stops three bytes into its hello -- hold on for 4 s; Accept must
+// hand over the real connection before they let go (each used to hold it up
+// to 5 s, one after the other).  Then the engine is destroyed with a stranger
+// still waiting.
+TEST(P2pUnit, StrangersStoppedMidHandshakeDoNotHoldAccept) {
+  FlagcxP2pEngine *t = flagcxP2pEngineCreate(), *i = flagcxP2pEngineCreate();
+  ASSERT_NE(t, nullptr);
+  ASSERT_NE(i, nullptr);
+  std::string host = engineHost(t);
+  int port = flagcxP2pEngineGetRpcPort(t);
+  int silent = connectRaw(host, port), partial = connectRaw(host, port);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(partial, 0);
+  ASSERT_EQ(send(partial, "FLA", 3, MSG_NOSIGNAL), 3);
+  std::atomic<bool> released{false};
+  std::thread strangers([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    released = true;
+    close(silent);
+    close(partial);
+  });
+  FlagcxP2pConn *accepted = nullptr;
+  bool lateAccept = true;
+  std::thread acc([&] {
+    char ip[64];
+    int gpu = 0;
+    accepted = flagcxP2pEngineAccept(t, ip, sizeof(ip), &gpu);
+    lateAccept = released.load();
+  });
+  FlagcxP2pConn *c = flagcxP2pEngineConnect(i, host.c_str(), 0, port, true);
+  acc.join();
+  EXPECT_NE(c, nullptr);
+  EXPECT_NE(accepted, nullptr);
+  EXPECT_FALSE(lateAccept) << "Accept waited for the stopped strangers to go away";
+  strangers.join();
+  int last = connectRaw(host, port);  // still waiting when the engine goes
+  ASSERT_GE(last, 0);
+  std::thread acc2([&] {
+    char ip[64];
+    int gpu = 0;
+    EXPECT_EQ(flagcxP2pEngineAccept(t, ip, sizeof(ip), &gpu), nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  flagcxP2pEngineStopAccept(t);
+  acc2.join();
+  char b;
+  if (c) flagcxP2pEngineConnDestroy(c);
+  flagcxP2pEngineDestroy(i);
+  flagcxP2pEngineDestroy(t);
+  EXPECT_EQ(recv(last, &b, 1, 0), 0);  // the engine closed it
+  close(last);
 }
 
 }  // namespace
