@@ -70,7 +70,7 @@ int nextAuthenticated(FlagcxP2pEngine *e, uint32_t kind, Clock::time_point until
       if (acceptOne(e->listenFd, Clock::now(), &fd) != flagcxSuccess) return -1;
       if (fd < 0) break;
       if (w.size() >= kMaxPending) drop(w, 0, true);
-      w.push_back({fd, Clock::now(), std::make_unique<ServerHandshake>(fd, e->secret, kind)});
+      w.push_back({fd, Clock::now(), std::make_unique<ServerHandshake>(fd, e->secret, kind, "FLAGCX_P2P_SECRET")});
     }
   }
   return -1;

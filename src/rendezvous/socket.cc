@@ -391,8 +391,9 @@ std::string peerOf(int fd) {
 }
 }  // namespace
 
-ServerHandshake::ServerHandshake(int fd, const Secret &secret, uint32_t expectKind)
-    : fd_(fd), secret_(secret), kind_(expectKind) {}
+ServerHandshake::ServerHandshake(int fd, const Secret &secret, uint32_t expectKind,
+                                 const char *secretName)
+    : fd_(fd), secret_(secret), kind_(expectKind), secretName_(secretName) {}
 
 short ServerHandshake::events() const {
   return phase_ == Phase::Nonce || phase_ == Phase::Ok ? POLLOUT : POLLIN;
@@ -403,9 +404,15 @@ flagcxResult_t ServerHandshake::reject(const char *why) const {
   return flagcxRemoteError;
 }
 
+flagcxResult_t ServerHandshake::rejectProof(const char *how) const {
+  WARN(kBootstrap, "rejected a connection from %s: it did not prove %s%s", peerOf(fd_).c_str(),
+       secretName_, how);
+  return flagcxRemoteError;
+}
+
 void ServerHandshake::giveUp() const {
-  (void)reject(phase_ == Phase::Hello ? "bad hello (incomplete)"
-                                      : "it did not prove the unique id's secret (no answer)");
+  if (phase_ == Phase::Hello) (void)reject("bad hello (incomplete)");
+  else (void)rejectProof(" (no answer)");
 }
 
 flagcxResult_t ServerHandshake::step() {
@@ -429,8 +436,9 @@ flagcxResult_t ServerHandshake::step() {
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return flagcxInProgress;
-      return phase_ == Phase::Hello ? reject("bad hello")
-                                    : reject("it did not prove the unique id's secret");
+      const char *how = n == 0 ? " (it closed the connection)" : "";
+      if (phase_ != Phase::Hello) return rejectProof(how);
+      return reject(n == 0 ? "it closed the connection before a whole hello" : "bad hello");
     }
     done_ = 0;
     switch (phase_) {
@@ -444,8 +452,7 @@ flagcxResult_t ServerHandshake::step() {
         Proof pr{};
         memcpy(pr.nonce, nonce_, sizeof nonce_);
         pr.hello = hello_;
-        if (mac_ != macOf(secret_, &pr, sizeof pr))
-          return reject("it did not prove the unique id's secret");
+        if (mac_ != macOf(secret_, &pr, sizeof pr)) return rejectProof("");
         phase_ = Phase::Ok;
         break;
       }

@@ -104,7 +104,10 @@ flagcxResult_t serverHandshake(int fd, const Secret &secret, uint32_t expectKind
 // now and never blocks, so a client that stops half-way holds up nobody.
 class ServerHandshake {
  public:
-  ServerHandshake(int fd, const Secret &secret, uint32_t expectKind);
+  // secretName: what the log calls the secret (the P2P engine's is
+  // FLAGCX_P2P_SECRET, the communicator's comes with the unique id).
+  ServerHandshake(int fd, const Secret &secret, uint32_t expectKind,
+                  const char *secretName = "the unique id's secret");
   // flagcxInProgress: call again once poll() reports events() on the fd;
   // flagcxSuccess: hello() is authenticated; else rejected (logged), close
   // the fd.
@@ -118,9 +121,11 @@ class ServerHandshake {
  private:
   enum class Phase { Hello, Nonce, Mac, Ok, Done };
   flagcxResult_t reject(const char *why) const;
+  flagcxResult_t rejectProof(const char *how) const;  // "it did not prove <secret><how>"
   int fd_;
   const Secret &secret_;
   uint32_t kind_;
+  const char *secretName_;
   Phase phase_ = Phase::Hello;
   size_t done_ = 0;  // bytes of the current phase moved
   Hello hello_{};

@@ -110,7 +110,7 @@ case $mode in
          expect i.log "connection is other host" ;;
   netns-verbs) expect i.log "connected to .*other host.*CMA out 0 in 0, verbs 1"
          expect i.log "transfer(s), [1-9][0-9]* bytes over verbs" ;;
-  secret) expect t.log "rejected a connection from .*: it did not prove the unique id.s secret"
+  secret) expect t.log "rejected a connection from .*: it did not prove FLAGCX_P2P_SECRET"
           expect i.log "refused as expected: ok" ;;
   killed|stopped) expect i.log "every call failed after the kill: ok" ;;
   verbs) expect i.log "connected to .*same host.*CMA out 0 in 0, verbs 1"
