@@ -38,9 +38,9 @@ int nextAuthenticated(FlagcxP2pEngine *e, uint32_t kind, Clock::time_point until
       if (now - w[i].since > kPatience) drop(w, i, true);
       else i++;
     }
+    if (now >= until) return -1;
     pf.assign({{e->listenFd, POLLIN, 0}, {e->acceptWake.fd(), POLLIN, 0}});
     for (auto &p : w) pf.push_back({p.fd, p.hs->events(), 0});
-    if (now >= until) return -1;
     auto slice = std::min(until, now + std::chrono::milliseconds(200));
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(slice - now).count();
     int rc = poll(pf.data(), pf.size(), static_cast<int>(std::max<long long>(ms, 0)));

@@ -22,6 +22,17 @@ namespace {
 
 uintptr_t u(const void *p) { return reinterpret_cast<uintptr_t>(p); }
 
+// The engine's address as a connectable host and port: its metadata.
+std::string engineHost(FlagcxP2pEngine *e) {
+  char *meta = nullptr;
+  if (flagcxP2pEngineGetMetadata(e, &meta) != 0) return "";
+  std::string session(meta, std::strcspn(meta, "?"));
+  delete[] meta;
+  std::string host = session.substr(0, session.rfind(':'));
+  if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 TEST(P2pUnit, NullArgumentsFailCleanly) {
   FlagcxP2pMr mr = 0;
   char buf[FLAGCX_P2P_DESC_SIZE];
@@ -102,12 +113,8 @@ TEST(P2pUnit, TwoEnginesOfOneProcess) {
   FlagcxP2pMr md = 0, ms = 0;
   ASSERT_EQ(flagcxP2pEngineReg(t, u(dst.data()), dst.size(), md), 0);
   ASSERT_EQ(flagcxP2pEngineReg(i, u(src.data()), src.size(), ms), 0);
-  char *meta = nullptr;
-  ASSERT_EQ(flagcxP2pEngineGetMetadata(t, &meta), 0);
-  std::string session(meta, std::strcspn(meta, "?"));
-  delete[] meta;
-  std::string host = session.substr(0, session.rfind(':'));
-  if (host.front() == '[') host = host.substr(1, host.size() - 2);
+  std::string host = engineHost(t);
+  ASSERT_FALSE(host.empty());
 
   FlagcxP2pConn *accepted = nullptr;
   std::thread acc([&] {
@@ -176,17 +183,6 @@ TEST(P2pUnit, AcceptAfterStopAcceptReturnsAtOnce) {
   EXPECT_EQ(flagcxP2pEngineAccept(e, ip, sizeof(ip), &gpu), nullptr);
   EXPECT_EQ(flagcxP2pEngineGetConn(e, "not-a-session"), nullptr);
   flagcxP2pEngineDestroy(e);
-}
-
-// The engine's address as a connectable host and port: its metadata.
-std::string engineHost(FlagcxP2pEngine *e) {
-  char *meta = nullptr;
-  if (flagcxP2pEngineGetMetadata(e, &meta) != 0) return "";
-  std::string session(meta, std::strcspn(meta, "?"));
-  delete[] meta;
-  std::string host = session.substr(0, session.rfind(':'));
-  if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return host;
 }
 
 int connectRaw(const std::string &host, int port) {
