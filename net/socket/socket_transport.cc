@@ -21,11 +21,11 @@
 // FAMILY) port 0 and sends its address to each peer through the bootstrap.
 // The lower rank of a pair connects, the higher accepts; every data
 // connection proves the unique id's secret (handshake kind 3) and names
-// (rank, channel*lanes + lane) in its hello.  Accepted connections are held
-// in a poll set, each with its handshake as a non-blocking state machine
-// (ServerHandshake), so a foreign client that is silent, or stops part-way
-// through its hello or its proof, never delays the real ones; it is logged
-// and dropped after 10 s.  The listener is closed once every expected
+// (rank, channel*lanes + lane) in its hello.  Accepted connections run
+// their handshakes side by side (HandshakeQueue, src/rendezvous/socket.h),
+// so a foreign client that is silent, or stops part-way through its hello
+// or its proof, never delays the real ones; it is logged and dropped after
+// 10 s.  The listener is closed once every expected
 // connection has arrived.
 #include "net/socket/socket_transport.h"
 
@@ -432,15 +432,12 @@ class SocketTransport final : public Transport {
     size_t missing = 0;
     for (size_t i = 0; i < peers.size(); i++)
       if (peers[i] < me) missing += static_cast<size_t>(nchannels * pairLanes[i]);
-    struct Waiting {  // accepted, handshake under way (never blocking: see the top)
-      Fd fd;
-      Clock::time_point since;
-      std::unique_ptr<ServerHandshake> hs;
-    };
-    std::vector<Waiting> waiting;
+    HandshakeQueue queue(lfd, bs.secret(), kHelloKindTransport);
     while (missing > 0) {
-      auto now = Clock::now();
-      if (now >= deadline) {
+      int got = -1;
+      Hello h{};
+      FLAGCX_CHECK(queue.next(deadline, &got, &h));
+      if (got < 0) {  // the deadline
         std::string who;
         for (size_t i = 0; i < peers.size(); i++) {
           if (peers[i] >= me) continue;
@@ -454,54 +451,17 @@ class SocketTransport final : public Transport {
              me, who.c_str());
         return flagcxRemoteError;
       }
-      // A connection that has not finished its handshake for long is not
-      // one of ours.
-      for (size_t w = 0; w < waiting.size();) {
-        if (now - waiting[w].since > std::chrono::seconds(10)) {
-          waiting[w].hs->giveUp();  // logs the peer and how far it got
-          waiting.erase(waiting.begin() + static_cast<long>(w));
-        } else {
-          w++;
-        }
+      Fd fd(got);
+      size_t i = std::find(peers.begin(), peers.end(), h.rank) - peers.begin();
+      if (h.nranks != bs.nranks() || i == peers.size() || h.rank >= me || h.channel < 0 ||
+          static_cast<size_t>(h.channel) >= (*fds)[i].size() ||
+          (*fds)[i][static_cast<size_t>(h.channel)].get() >= 0) {
+        WARN(kNet, "socket rank %d: rejected an authenticated connection claiming rank %d channel %d (nranks %d): not expected",
+             me, h.rank, h.channel, h.nranks);
+        continue;  // fd closes here
       }
-      std::vector<pollfd> pf;
-      pf.push_back({lfd, POLLIN, 0});
-      for (auto &w : waiting) pf.push_back({w.fd.get(), w.hs->events(), 0});
-      int rc = poll(pf.data(), pf.size(), 100);
-      if (rc < 0 && errno != EINTR) {
-        WARN(kNet, "socket connectAll: poll failed: %s", strerror(errno));
-        return flagcxSystemError;
-      }
-      if (rc <= 0) continue;
-      // Handshakes first (indices shift when we erase), then new arrivals.
-      for (size_t k = pf.size(); k-- > 1;) {
-        if (pf[k].revents == 0) continue;
-        flagcxResult_t hrc = waiting[k - 1].hs->step();
-        if (hrc == flagcxInProgress) continue;
-        Fd fd = std::move(waiting[k - 1].fd);
-        Hello h = waiting[k - 1].hs->hello();
-        waiting.erase(waiting.begin() + static_cast<long>(k - 1));
-        if (hrc != flagcxSuccess) continue;  // logged by the handshake; fd closes here
-        size_t i = std::find(peers.begin(), peers.end(), h.rank) - peers.begin();
-        if (h.nranks != bs.nranks() || i == peers.size() || h.rank >= me || h.channel < 0 ||
-            static_cast<size_t>(h.channel) >= (*fds)[i].size() ||
-            (*fds)[i][static_cast<size_t>(h.channel)].get() >= 0) {
-          WARN(kNet, "socket rank %d: rejected an authenticated connection claiming rank %d channel %d (nranks %d): not expected",
-               me, h.rank, h.channel, h.nranks);
-          continue;
-        }
-        (*fds)[i][static_cast<size_t>(h.channel)] = std::move(fd);
-        missing--;
-      }
-      if (pf[0].revents != 0) {
-        for (;;) {  // drain the backlog
-          int fd = -1;
-          FLAGCX_CHECK(acceptOne(lfd, Clock::now(), &fd));
-          if (fd < 0) break;
-          waiting.push_back({Fd(fd), Clock::now(),
-                             std::make_unique<ServerHandshake>(fd, bs.secret(), kHelloKindTransport)});
-        }
-      }
+      (*fds)[i][static_cast<size_t>(h.channel)] = std::move(fd);
+      missing--;
     }
     return flagcxSuccess;
   }

@@ -270,9 +270,15 @@ FlagcxP2pConn *acceptOn(FlagcxP2pEngine *e, int fd, Clock::time_point dl) {
 FlagcxP2pConn *acceptNext(FlagcxP2pEngine *e, Clock::time_point until) {
   std::lock_guard<std::mutex> lk(e->acceptMu);
   for (;;) {
+    if (e->stopAccept.load() || !e->handshakes) return nullptr;
     Hello h{};
-    int fd = nextAuthenticated(e, kHelloKindP2p, until, &h);
-    if (fd < 0) return nullptr;
+    int fd = -1;
+    // Returns early (fd -1) when StopAccept signals acceptWake.
+    if (e->handshakes->next(until, &fd, &h, e->acceptWake.fd()) != flagcxSuccess) return nullptr;
+    if (fd < 0) {
+      if (Clock::now() >= until) return nullptr;
+      continue;
+    }
     FlagcxP2pConn *c = acceptOn(e, fd, deadlineFromTimeout());
     close(fd);
     if (c) return c;
@@ -312,6 +318,8 @@ FlagcxP2pEngine *flagcxP2pEngineCreate() {
     delete e;
     return nullptr;
   }
+  e->handshakes = std::make_unique<HandshakeQueue>(e->listenFd, e->secret, kHelloKindP2p,
+                                                   "FLAGCX_P2P_SECRET");
   INFO(kP2P, "P2P: engine listening on %s (interface %s)", e->addr.str().c_str(),
        e->ifname.c_str());
   openRdma(e);
@@ -328,7 +336,10 @@ void flagcxP2pEngineStopAccept(FlagcxP2pEngine *engine) {
 void flagcxP2pEngineDestroy(FlagcxP2pEngine *engine) {
   if (!engine) return;
   flagcxP2pEngineStopAccept(engine);
-  dropPendingHellos(engine);
+  {
+    std::lock_guard<std::mutex> lk(engine->acceptMu);
+    engine->handshakes.reset();
+  }
   std::vector<FlagcxP2pConn *> conns;
   {
     std::lock_guard<std::mutex> lk(engine->connMu);

@@ -98,13 +98,6 @@ struct RecvMsg {
 
 struct VerbsPath;  // p2p_verbs.cc
 
-// An accepted connection whose handshake has not finished (p2p_listen.cc).
-struct PendingHello {
-  int fd;
-  Clock::time_point since;
-  std::unique_ptr<ServerHandshake> hs;
-};
-
 }  // namespace flagcx::p2p
 
 struct FlagcxP2pConn {
@@ -150,10 +143,10 @@ struct FlagcxP2pEngine {
   std::atomic<bool> stopAccept{false};
   flagcx::WakeFd acceptWake;  // signalled with stopAccept: a waiting accept returns at once
   std::mutex acceptMu;  // one accept at a time (Accept and the RPC server)
-  // Connections whose handshake is under way (under acceptMu): one accept
-  // moves them all, so a client that stops part-way holds up nobody; those
-  // left when an accept returns wait for the next one (p2p_listen.cc).
-  std::vector<flagcx::p2p::PendingHello> pendingHellos;
+  // The listener's handshakes under way (under acceptMu): one accept moves
+  // them all, so a client that stops part-way holds up nobody; those left
+  // when an accept returns wait for the next one.
+  std::unique_ptr<flagcx::HandshakeQueue> handshakes;
 
   std::atomic<bool> rpcActive{false};
   std::thread rpcThread;
@@ -175,13 +168,6 @@ int lanesPerConn();
 // closed it on purpose).
 void connMarkDead(FlagcxP2pConn *c, const std::string &why, bool quiet = false);
 
-// p2p_listen.cc
-// The next connection on e's listener whose handshake proves
-// FLAGCX_P2P_SECRET, with its hello, moving every waiting handshake at once;
-// -1 at `until` or on StopAccept.  Caller holds e->acceptMu.
-int nextAuthenticated(FlagcxP2pEngine *e, uint32_t kind, Clock::time_point until, Hello *hello);
-// Closes the handshakes still waiting (engine teardown).
-void dropPendingHellos(FlagcxP2pEngine *e);
 
 // p2p_mr.cc
 // The region holding [addr, addr+len) with key rkey (rkey 0: any key);

@@ -9,7 +9,9 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "flagcx.h"
 
@@ -131,6 +133,38 @@ class ServerHandshake {
   Hello hello_{};
   uint8_t nonce_[16] = {};
   uint64_t mac_ = 0;
+};
+
+// Accepted connections whose ServerHandshakes run side by side, for the
+// listeners that serve many clients from one thread (the socket transport's
+// connectAll, the P2P engine's accept): each handshake moves as far as its
+// socket allows, so a stranger that connects and goes quiet, or stops
+// part-way, delays no real peer.  One not through after 10 s is logged and
+// dropped; at most 64 wait (a 65th drops the oldest).  Those still under way
+// when next() returns wait for the next call.  The listener and the secret
+// belong to the caller and must outlive the queue.
+class HandshakeQueue {
+ public:
+  HandshakeQueue(int listenFd, const Secret &secret, uint32_t expectKind,
+                 const char *secretName = "the unique id's secret");
+  ~HandshakeQueue();  // closes the connections still under way
+  HandshakeQueue(const HandshakeQueue &) = delete;
+  HandshakeQueue &operator=(const HandshakeQueue &) = delete;
+  // The next connection whose handshake proved the secret: *fd (the caller
+  // owns it) and *hello.  *fd = -1 once `until` has passed or, with
+  // wakeFd >= 0, as soon as wakeFd is readable.  An error only when poll or
+  // accept fails (logged).
+  flagcxResult_t next(Clock::time_point until, int *fd, Hello *hello, int wakeFd = -1);
+  size_t waiting() const { return waiting_.size(); }
+
+ private:
+  struct Waiting;
+  void drop(size_t i, bool log);
+  int listenFd_;
+  const Secret &secret_;
+  uint32_t kind_;
+  const char *secretName_;
+  std::vector<std::unique_ptr<Waiting>> waiting_;
 };
 
 constexpr uint64_t kHelloMagic = 0x464c414743584831ull;  // "FLAGCXH1"
