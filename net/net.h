@@ -65,6 +65,9 @@ class Conn {
   // waited on that way (shm: poll it).  Only meaningful right after test()
   // or progress() moved nothing.
   virtual int waitFds(struct pollfd *fds, int max) { return -1; }
+  // The slice of a large message this Conn moves best, for the engine when
+  // FLAGCX_NET_CHUNK_SIZE is auto; 0: the engine's default (512 KiB).
+  virtual size_t sliceHint() const { return 0; }
 
   static constexpr int kMaxPosted = 256;
 };

@@ -18,8 +18,8 @@ namespace {
 // (1.56x MPICH).
 constexpr uint64_t kMinStripe = 64 * 1024;
 // The smallest message that is split at all; smaller ones go whole on lane 0
-// with the engine thread.  512 KiB (FLAGCX_NET_CHUNK_SIZE's default, so large
-// collectives' slices are still split), from session 21's runs on 16 cores
+// with the engine thread.  512 KiB (the smallest FLAGCX_NET_CHUNK_SIZE auto
+// picks, so large collectives' slices are still split), from session 21's runs on 16 cores
 // (docs/PERFORMANCE.md): split 128-256 KiB messages cost whether helper
 // threads or the engine moved the stripes (MPICH/flagcx at 256 KiB, medians:
 // allreduce 1.22 split vs 1.65 whole, sendrecv 1.02 with helpers and 1.14
@@ -57,6 +57,11 @@ FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_
   timeoutSec_ = paramInt(Param::TIMEOUT);
   if (timeoutSec_ <= 0) timeoutSec_ = 600;
   canPull_ = lanes_.size() == 1 && lanes_[0].pipe->canPull();
+  // With helper threads each 512 KiB slice costs every lane a hand-off
+  // through the engine thread per 128 KiB stripe; 2 MiB slices (512 KiB
+  // stripes) measured 1.1-1.3x faster allreduces at 4-16 MiB on a 16-core
+  // host (docs/PERFORMANCE.md, "Session 23").
+  if (lanes_.size() > 1 && lanes_[0].pipe->hasHelpers()) sliceHint_ = 2u << 20;
 }
 
 FramedConn::~FramedConn() = default;

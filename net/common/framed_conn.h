@@ -85,6 +85,8 @@ class Pipe {
   // direction of the pipe belongs to the helper: no read()/write() on it
   // until pollBg() reports it finished.
   virtual bool offload() { return false; }
+  // Whether this pipe has helper threads configured (offload() may say yes).
+  virtual bool hasHelpers() const { return false; }
   // The descriptor to poll for this pipe's readiness (-1: none, poll the
   // pipe), and one that becomes readable when a helper finishes a job.
   virtual int pollFd() const { return -1; }
@@ -150,6 +152,7 @@ class FramedConn final : public Conn {
   flagcxResult_t checkAlive() override;
   int waitFds(struct pollfd *fds, int max) override;
   Mismatch mismatch() const override { return mismatch_; }
+  size_t sliceHint() const override { return sliceHint_; }
 
  private:
   enum class Kind : uint8_t { Free, Send, Recv };
@@ -236,6 +239,7 @@ class FramedConn final : public Conn {
   int pullHead_ = 0, pullCount_ = 0;
   uint64_t pullsDone_ = 0;
   bool canPull_ = false;
+  size_t sliceHint_ = 0;
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
   bool poisoned_ = false;  // an error frame went out (see poison())

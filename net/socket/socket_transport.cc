@@ -30,7 +30,6 @@
 #include "net/socket/socket_transport.h"
 
 #include <poll.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -115,6 +114,7 @@ class SocketPipe final : public Pipe {
     }
   }
 
+  bool hasHelpers() const override { return helpers_; }
   bool offload() override {
     if (!helpers_) return false;
     if (!sendMover_) {
@@ -270,15 +270,8 @@ struct LanePlan {
   int coresPerRank;
 };
 LanePlan planLanes(const Bootstrap &bs) {
-  int local = 0;
-  const uint64_t mine = bs.peers()[static_cast<size_t>(bs.rank())].hostHash;
-  for (const PeerInfo &p : bs.peers()) local += p.hostHash == mine;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                          : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   LanePlan plan{};
-  plan.coresPerRank = std::max(1, cores) / std::max(1, local);
+  plan.coresPerRank = coresPerLocalRank(bs);
   int64_t h = paramInt(Param::SOCKET_HELPERS);
   plan.helpers = h == -2 ? plan.coresPerRank >= 4 : h == 1;
   int64_t nt = paramInt(Param::SOCKET_NTHREADS);

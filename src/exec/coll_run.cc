@@ -250,8 +250,14 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   auto bufOf = [&](BufKind b) -> const Bound & {
     return b == BufKind::Input ? in : b == BufKind::Output ? out : scr;
   };
-  size_t slice = static_cast<size_t>(std::max<int64_t>(paramInt(Param::NET_CHUNK_SIZE), 4096));
-  slice -= slice % ts;
+  // FLAGCX_NET_CHUNK_SIZE, or (auto) what the peer's Conn moves best.
+  const int64_t chunkParam = paramInt(Param::NET_CHUNK_SIZE);
+  auto sliceTo = [&](int peer) {
+    size_t sl = chunkParam > 0 ? static_cast<size_t>(chunkParam) : s->conn(peer)->sliceHint();
+    if (sl == 0) sl = size_t{512} << 10;
+    sl = std::max<size_t>(sl, 4096);
+    return sl - sl % ts;
+  };
   uint64_t tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
                          a.op == OpKind::AlltoAllv ? 0 : a.count);
   s->curTag = tag;
@@ -340,6 +346,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
       bufOf(ref.buf).range(ref.chunk, &p, &b);
       char *target = st.kind == StepKind::RecvReduce ? (direct ? nullptr : land + landOff) : p;
       // Direct mode moves a step in one piece (the GPU copies it at once).
+      size_t slice = direct ? b : sliceTo(st.peer);
       size_t nslices = b == 0 || direct ? 1 : (b + slice - 1) / slice;
       for (size_t sl = 0; sl < nslices; sl++) {
         size_t off = sl * slice, len = direct ? b : std::min(slice, b - std::min(b, off));

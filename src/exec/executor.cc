@@ -8,7 +8,9 @@
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "exec/copy_worker.h"
 #include "exec/state.h"
+#include "rendezvous/bootstrap.h"
 #include "net/tags.h"
 
 namespace flagcx {
@@ -50,6 +52,9 @@ ExecState::ExecState(const ExecEnv &e)
   flight.init(rank, nranks,
               static_cast<size_t>(std::max<int64_t>(1, paramInt(Param::FLIGHT_RECORDER_SIZE))));
   allConnected = everyPeerConnected(this);
+  int64_t ct = paramInt(Param::COPY_THREAD);
+  if (ct == 1 || (ct == -2 && e.bs && coresPerLocalRank(*e.bs) >= 4))
+    copyThread = std::make_unique<CopyWorker>();
 }
 
 ExecState::~ExecState() {

@@ -149,6 +149,8 @@ struct DirectState {
 };
 
 // small.cc's shared block (defined there).
+class CopyWorker;  // copy_worker.h
+
 struct SmallShm;
 struct SmallShmDeleter {
   void operator()(SmallShm *p) const;
@@ -231,6 +233,9 @@ struct ExecState {
   std::vector<int> scratchLastWrite;
   std::vector<Xfer> scratchXfers;
   LocalWork scratchLocal;
+  // The copy thread (FLAGCX_COPY_THREAD), null when off; its thread starts
+  // on first use.
+  std::unique_ptr<CopyWorker> copyThread;
   std::vector<int> scratchPeers, stepPeers;
 };
 

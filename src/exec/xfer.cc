@@ -12,6 +12,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "exec/copy_worker.h"
 #include "exec/state.h"
 #include "net/tags.h"
 #include "rendezvous/bootstrap.h"
@@ -98,6 +99,19 @@ bool sleepOnConns(ExecState *s, const std::vector<Xfer> &xs) {
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                         flagcxRedOp_t op, const char *what, LocalWork *work) {
   if (xs.empty()) return finishWork(s, work);
+  // The copy thread's batch ends before this returns, errors included: the
+  // caller may free or reuse the buffers then.
+  struct Join {
+    CopyWorker *w = nullptr;
+    ~Join() {
+      if (w) w->wait();
+    }
+  } join;
+  if (work && work->pending() && copyThreadFits(s, *work)) {
+    s->copyThread->start(work->items.data() + work->next, work->items.size() - work->next);
+    work->next = work->items.size();
+    join.w = s->copyThread.get();
+  }
   size_t ts = dtypeSize(dt);
   size_t remaining = xs.size();
   Backoff wait;

@@ -1,8 +1,10 @@
 #include "rendezvous/bootstrap.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -434,6 +436,17 @@ void Bootstrap::abort() {
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
   for (int fd : im.in)
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+int coresPerLocalRank(const Bootstrap &bs) {
+  int local = 0;
+  const uint64_t mine = bs.peers()[static_cast<size_t>(bs.rank())].hostHash;
+  for (const PeerInfo &p : bs.peers()) local += p.hostHash == mine;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                          : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return std::max(1, cores) / std::max(1, local);
 }
 
 }  // namespace flagcx

@@ -91,7 +91,7 @@ TEST_F(ParamsTest, OutOfRangeValuesWarnAndUseTheDefault) {
     Param p;
   } cases[] = {{"FLAGCX_TIMEOUT", "-5", "600", Param::TIMEOUT},
                {"FLAGCX_TIMEOUT", "0", "600", Param::TIMEOUT},
-               {"FLAGCX_NET_CHUNK_SIZE", "0", "524288", Param::NET_CHUNK_SIZE},
+               {"FLAGCX_NET_CHUNK_SIZE", "0", "-2", Param::NET_CHUNK_SIZE},
                {"FLAGCX_SHM_BUFFER_SIZE", "8589934592", "4194304", Param::SHM_BUFFER_SIZE},
                {"FLAGCX_DEBUG", "LOUD", "WARN", Param::DEBUG},
                {"FLAGCX_DEBUG_SUBSYS", "INIT,BOGUS", "INIT", Param::DEBUG_SUBSYS}};
