@@ -530,6 +530,42 @@ TEST(HostEvent, DestroyWithAnEarlierRecordStillQueued) {
   ASSERT_EQ(H()->streamDestroy(b), flagcxSuccess);
 }
 
+// One thread re-records an event on two streams in turn while another
+// synchronizes it: a synchronize must never pair the stream of one record
+// with the ticket of the other (stream a is thousands of entries ahead of
+// b, so b would not reach a's ticket and the waiter would hang).
+TEST(HostEvent, SynchronizeDuringReRecordsOnAnotherStream) {
+  flagcxStream_t a, b;
+  ASSERT_EQ(H()->streamCreate(&a), flagcxSuccess);
+  ASSERT_EQ(H()->streamCreate(&b), flagcxSuccess);
+  flagcxEvent_t e;
+  ASSERT_EQ(H()->eventCreate(&e, flagcxEventDisableTiming), flagcxSuccess);
+  std::atomic<int> hits{0};
+  for (int i = 0; i < 4000; i++) ASSERT_EQ(hostAdapter()->enqueue(a, task(setFlag, &hits)), flagcxSuccess);
+  ASSERT_EQ(H()->streamSynchronize(a), flagcxSuccess);
+  std::atomic<bool> stop{false}, waiterDone{false};
+  std::atomic<int> syncs{0};
+  std::thread waiter([&] {
+    while (!stop.load()) {
+      H()->eventSynchronize(e);
+      syncs++;
+    }
+    waiterDone = true;
+  });
+  for (int i = 0; i < 3000; i++) ASSERT_EQ(H()->eventRecord(e, i % 2 ? a : b), flagcxSuccess);
+  stop = true;
+  bool finished = eventually([&] { return waiterDone.load(); }, 10000ms);
+  EXPECT_TRUE(finished) << "eventSynchronize hung after " << syncs.load() << " calls";
+  if (finished) waiter.join();
+  else waiter.detach();  // stuck for good: leave it, the test has failed
+  EXPECT_EQ(H()->eventSynchronize(e), flagcxSuccess);
+  EXPECT_EQ(H()->eventQuery(e), flagcxSuccess);
+  if (!finished) return;
+  ASSERT_EQ(H()->eventDestroy(e), flagcxSuccess);
+  ASSERT_EQ(H()->streamDestroy(a), flagcxSuccess);
+  ASSERT_EQ(H()->streamDestroy(b), flagcxSuccess);
+}
+
 // ---- IPC across processes ----
 
 namespace {

@@ -383,12 +383,22 @@ flagcxResult_t eventQuery(flagcxEvent *e) {
 }
 
 flagcxResult_t eventSynchronize(flagcxEvent *e) {
-  uint64_t gen = e->recorded.load(std::memory_order_acquire);
-  if (e->completed.load(std::memory_order_acquire) >= gen) return flagcxSuccess;
-  flagcxStream *s = e->stream.load(std::memory_order_relaxed);
-  if (s) syncUpTo(s, e->ticket.load(std::memory_order_relaxed));
-  // Only a concurrent re-record on another stream can leave it pending here.
-  while (e->completed.load(std::memory_order_acquire) < gen) std::this_thread::yield();
+  if (eventDone(e)) return flagcxSuccess;
+  // The record's generation, stream and ticket as one (eventRecord sets
+  // them together under e->mu): read apart, a concurrent re-record on
+  // another stream could pair that stream with the old stream's ticket,
+  // which it may never reach.
+  uint64_t gen, ticket;
+  flagcxStream *s;
+  {
+    std::lock_guard<std::mutex> g(e->mu);
+    gen = e->recorded.load(std::memory_order_relaxed);
+    s = e->stream.load(std::memory_order_relaxed);
+    ticket = e->ticket.load(std::memory_order_relaxed);
+  }
+  // Once the stream passes the ticket, gen's marker has run and completed
+  // is at least gen (markComplete only raises it).
+  if (s && e->completed.load(std::memory_order_acquire) < gen) syncUpTo(s, ticket);
   return flagcxSuccess;
 }
 
