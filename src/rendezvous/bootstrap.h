@@ -38,13 +38,6 @@ inline bool sameProcess(const PeerInfo &a, const PeerInfo &b) {
   return pidsComparable(a, b) && a.pid == b.pid;
 }
 
-class Bootstrap;
-// Cores this process may use (its affinity mask) divided by the ranks of
-// the communicator on its host, at least 1: the budget behind the "auto"
-// of the socket helpers and the copy thread (FLAGCX_SOCKET_HELPERS,
-// FLAGCX_COPY_THREAD).
-int coresPerLocalRank(const Bootstrap &bs);
-
 class Bootstrap {
  public:
   ~Bootstrap();
@@ -77,5 +70,11 @@ class Bootstrap {
   Secret secret_{};
   std::vector<PeerInfo> peers_;
 };
+
+// Cores this process may use (its affinity mask) divided by the ranks of
+// the communicator on its host, at least 1: the budget behind the "auto"
+// of the socket helpers and the copy thread (FLAGCX_SOCKET_HELPERS,
+// FLAGCX_COPY_THREAD).
+int coresPerLocalRank(const Bootstrap &bs);
 
 }  // namespace flagcx

@@ -155,7 +155,6 @@ class HandshakeQueue {
   // wakeFd >= 0, as soon as wakeFd is readable.  An error only when poll or
   // accept fails (logged).
   flagcxResult_t next(Clock::time_point until, int *fd, Hello *hello, int wakeFd = -1);
-  size_t waiting() const { return waiting_.size(); }
 
  private:
   struct Waiting;
