@@ -17,6 +17,20 @@ namespace flagcx {
 
 class Bootstrap;
 
+// A receive whose bytes are also folded into another buffer (a collective's
+// receive-and-reduce step): once the receive is done, dst[i] = dst[i] op
+// buf[i] for each of its elements.  `fn` is the host reduction (hostReduce's
+// signature; the transports do not link the device adapters).
+struct RecvFold {
+  using Fn = flagcxResult_t (*)(void *dst, const void *a, const void *b, size_t count,
+                                flagcxDataType_t dt, flagcxRedOp_t op);
+  char *dst = nullptr;
+  size_t elem = 1;  // bytes per element
+  flagcxDataType_t dt = flagcxUint8;
+  flagcxRedOp_t op = flagcxSum;
+  Fn fn = nullptr;
+};
+
 class Conn {
  public:
   virtual ~Conn() = default;
@@ -68,6 +82,17 @@ class Conn {
   // The slice of a large message this Conn moves best, for the engine when
   // FLAGCX_NET_CHUNK_SIZE is auto; 0: the engine's default (512 KiB).
   virtual size_t sliceHint() const { return 0; }
+  // Whether irecvFold of a `bytes` message does the fold itself where that
+  // pays (the socket lanes' helper threads fold each piece of a stripe as it
+  // arrives, on their own cores, while it is still in cache).  False: the
+  // caller reduces the landed bytes after test() reports the receive done.
+  virtual bool foldsOnReceive(size_t bytes) const { return false; }
+  // irecv, and the fold of the received bytes into f.dst before test()
+  // reports it done.  `bytes` is a whole number of f.elem-byte elements.
+  virtual flagcxResult_t irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
+                                   int *req) {
+    return flagcxInternalError;
+  }
 
   static constexpr int kMaxPosted = 256;
 };
@@ -89,5 +114,8 @@ std::unique_ptr<Transport> makeShmTransport();
 // sender's shareable allocation instead of with process_vm_readv (tests).
 uint64_t shmMappedPulls();
 std::unique_ptr<Transport> makeSocketTransport();
+// Bytes this process's socket helper threads reduced as they received them
+// (Conn::irecvFold; tests).
+uint64_t socketFoldedBytes();
 
 }  // namespace flagcx

@@ -61,7 +61,13 @@ FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_
   // through the engine thread per 128 KiB stripe; 2 MiB slices (512 KiB
   // stripes) measured 1.1-1.3x faster allreduces at 4-16 MiB on a 16-core
   // host (docs/PERFORMANCE.md, "Session 23").
-  if (lanes_.size() > 1 && lanes_[0].pipe->hasHelpers()) sliceHint_ = 2u << 20;
+  if (lanes_.size() > 1 && lanes_[0].pipe->hasHelpers()) {
+    sliceHint_ = 2u << 20;
+    // The engine thread reduced each landed 2 MiB slice by itself at 5 GB/s,
+    // more than the exchange took; the lanes' helpers fold their stripes in
+    // parallel as they arrive (docs/PERFORMANCE.md, "Session 24").
+    foldsOnReceive_ = paramInt(Param::SOCKET_RECV_REDUCE) != 0;
+  }
 }
 
 FramedConn::~FramedConn() = default;
@@ -131,6 +137,7 @@ flagcxResult_t FramedConn::post(Kind kind, void *buf, size_t bytes, uint64_t tag
   Queue &q = kind == Kind::Send ? sendQ_ : recvQ_;
   r.seq = q.nextSeq++;
   r.pull = false;
+  r.folds = false;
   if (kind == Kind::Send) {
     r.length = bytes;
     r.stripes = stripeCount(bytes, static_cast<int>(lanes_.size()));
@@ -160,6 +167,30 @@ flagcxResult_t FramedConn::isend(const void *buf, size_t bytes, uint64_t tag, in
 
 flagcxResult_t FramedConn::irecv(void *buf, size_t bytes, uint64_t tag, int *req) {
   return post(Kind::Recv, buf, bytes, tag, req);
+}
+
+bool FramedConn::foldsOnReceive(size_t bytes) const {
+  // From 2 MiB (four 512 KiB stripes): measured on 16 cores with 4 lanes
+  // (docs/PERFORMANCE.md, "Session 24"), the helpers' folds made allreduce
+  // 4 / 16 MiB 1.4x faster and reduce 16 MiB 1.7x, but a 1 MiB reduce's
+  // (four 256 KiB stripes) and a 1 MiB reducescatter's 10-25 % slower.
+  constexpr size_t kMinFold = size_t{2} << 20;
+  return foldsOnReceive_ && bytes >= kMinFold;
+}
+
+flagcxResult_t FramedConn::irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
+                                     int *req) {
+  if (!f.fn || f.elem == 0 || bytes % f.elem != 0 || (bytes > 0 && !f.dst)) {
+    WARN(kNet, "%s conn rank %d <- peer %d: receive-and-reduce of %zu bytes with a bad fold "
+         "(dst %p, %zu-byte elements)", kind_, desc_.self, desc_.peer, bytes,
+         static_cast<void *>(f.dst), f.elem);
+    return flagcxInvalidArgument;
+  }
+  FLAGCX_CHECK(post(Kind::Recv, buf, bytes, tag, req));
+  Req &r = reqs_[*req & 0xff];
+  r.folds = true;
+  r.fold = f;
+  return flagcxSuccess;
 }
 
 void FramedConn::popDone(Queue &q) {

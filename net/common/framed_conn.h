@@ -48,6 +48,17 @@ struct PullNote {
 };
 static_assert(sizeof(PullNote) == 72);
 
+// A helper's fold (Conn::irecvFold): the bytes from `src` on, up to the end
+// of the job's buffer, are folded into `dst` on (the matching position) as
+// they arrive, in whole elements.  src is element-aligned within the
+// message and at most the job's first byte; the bytes between are there
+// before the job starts.
+struct BgFold {
+  RecvFold f;
+  const char *src = nullptr;
+  char *dst = nullptr;
+};
+
 // A non-blocking, ordered byte stream to one peer, both directions.
 class Pipe {
  public:
@@ -98,7 +109,11 @@ class Pipe {
   virtual flagcxResult_t writeBg(const iovec *iov, int iovcnt) { return flagcxInternalError; }
   // Bytes already buffered in the pipe are copied at once (*pre of them);
   // a helper receives the rest, if any.
-  virtual flagcxResult_t readBg(void *dst, size_t n, size_t *pre) { return flagcxInternalError; }
+  // With `fold`, the helper also folds what it receives (see BgFold); the
+  // *pre bytes it did not receive are folded by it too, from fold->src on.
+  virtual flagcxResult_t readBg(void *dst, size_t n, size_t *pre, const BgFold *fold) {
+    return flagcxInternalError;
+  }
   // *moved: bytes of the job moved so far (not counting *pre).
   virtual flagcxResult_t pollBg(bool send, size_t *moved, bool *finished, bool *closed) {
     return flagcxInternalError;
@@ -153,6 +168,9 @@ class FramedConn final : public Conn {
   int waitFds(struct pollfd *fds, int max) override;
   Mismatch mismatch() const override { return mismatch_; }
   size_t sliceHint() const override { return sliceHint_; }
+  bool foldsOnReceive(size_t bytes) const override;
+  flagcxResult_t irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
+                           int *req) override;
 
  private:
   enum class Kind : uint8_t { Free, Send, Recv };
@@ -171,6 +189,8 @@ class FramedConn final : public Conn {
     int stripesLeft = 0;
     bool pull = false;    // send by rendezvous (see kFrameVersionPull)
     PullNote note{};      // what the rendezvous frame announces (send side)
+    bool folds = false;   // recv: irecvFold's fold into `fold.dst`
+    RecvFold fold{};
   };
   // Posted requests of one direction in sequence order (slot indices).
   struct Queue {
@@ -206,6 +226,7 @@ class FramedConn final : public Conn {
     bool rPull = false;
     bool rBg = false;      // the payload is with the pipe's helper (readBg)
     uint64_t rBgBase = 0;  // rDone when the helper took over
+    uint64_t rFolded = 0;  // irecvFold: bytes of the stripe folded so far (a prefix)
     bool closed = false;
   };
 
@@ -213,6 +234,7 @@ class FramedConn final : public Conn {
   flagcxResult_t progressSend(Lane &l, int li, bool *moved);
   flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
   flagcxResult_t takeHeader(Lane &l, int li);
+  flagcxResult_t foldUpTo(Lane &l, uint64_t end);  // fold [rFolded, end) of the lane's stripe
   flagcxResult_t closedInPayload(Lane &l, int li);  // log, mark, fail
   flagcxResult_t closedInSend(Lane &l, int li);
   flagcxResult_t peerGaveUp(const FrameHeader &h);
@@ -240,6 +262,7 @@ class FramedConn final : public Conn {
   uint64_t pullsDone_ = 0;
   bool canPull_ = false;
   size_t sliceHint_ = 0;
+  bool foldsOnReceive_ = false;
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
   bool poisoned_ = false;  // an error frame went out (see poison())

@@ -71,9 +71,26 @@ flagcxResult_t FramedConn::takeHeader(Lane &l, int li) {
   l.rData = r.buf + off;
   l.rLen = len;
   l.rDone = 0;
+  l.rFolded = 0;
   l.rPull = pullFrame;
   l.rAny = true;
   l.rLastSeq = h.seq;
+  return flagcxSuccess;
+}
+
+flagcxResult_t FramedConn::foldUpTo(Lane &l, uint64_t end) {
+  const Req &r = reqs_[l.rSlot];
+  if (!r.folds || end <= l.rFolded) return flagcxSuccess;
+  size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
+  size_t n = static_cast<size_t>(end - l.rFolded);
+  flagcxResult_t rc = r.fold.fn(r.fold.dst + at, r.fold.dst + at, r.buf + at, n / r.fold.elem,
+                                r.fold.dt, r.fold.op);
+  if (rc != flagcxSuccess) {
+    WARN(kNet, "%s conn rank %d <- peer %d: reducing %zu received bytes failed", kind_,
+         desc_.self, desc_.peer, n);
+    return fail(rc);
+  }
+  l.rFolded = end;
   return flagcxSuccess;
 }
 
@@ -174,9 +191,22 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
       if (!fin) return flagcxSuccess;
       l.rBg = false;
       if (closed || l.rDone < l.rLen) return closedInPayload(l, li);
+      if (reqs_[l.rSlot].folds) l.rFolded = l.rLen;  // the helper folded what it was given
     } else if (l.rDone < l.rLen && reqs_[l.rSlot].stripes > 1 && l.pipe->offload()) {
+      // A fold hands the helper everything from the last whole element
+      // before rDone (stripes start on element boundaries: kStripeAlign).
+      const Req &r = reqs_[l.rSlot];
+      BgFold bf;
+      if (r.folds) {
+        FLAGCX_CHECK(foldUpTo(l, l.rDone - l.rDone % r.fold.elem));
+        size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
+        bf.f = r.fold;
+        bf.src = r.buf + at;
+        bf.dst = r.fold.dst + at;
+      }
       size_t pre = 0;
-      flagcxResult_t rc = l.pipe->readBg(l.rData + l.rDone, l.rLen - l.rDone, &pre);
+      flagcxResult_t rc = l.pipe->readBg(l.rData + l.rDone, l.rLen - l.rDone, &pre,
+                                         r.folds ? &bf : nullptr);
       if (rc != flagcxSuccess) return fail(rc);
       if (pre > 0) *moved = true;
       l.rDone += pre;
@@ -194,6 +224,7 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
         return closed ? closedInPayload(l, li) : flagcxSuccess;
       }
     }
+    FLAGCX_CHECK(foldUpTo(l, l.rLen));  // the stripe's bytes the engine thread read
     Req &r = reqs_[l.rSlot];
     if (--r.stripesLeft == 0) {
       r.done = true;

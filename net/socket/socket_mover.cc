@@ -9,7 +9,10 @@ namespace flagcx {
 
 namespace {
 std::atomic<int> g_live{0};
-}
+std::atomic<uint64_t> g_folded{0};
+}  // namespace
+
+uint64_t socketFoldedBytes() { return g_folded.load(std::memory_order_relaxed); }
 
 int SocketMover::live() { return g_live.load(std::memory_order_relaxed); }
 
@@ -32,7 +35,7 @@ SocketMover::~SocketMover() {
   g_live.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void SocketMover::start(const iovec *iov, int n) {
+void SocketMover::start(const iovec *iov, int n, const BgFold *fold) {
   moved_.store(0, std::memory_order_relaxed);
   closed_.store(false, std::memory_order_relaxed);
   err_.store(0, std::memory_order_relaxed);
@@ -40,6 +43,8 @@ void SocketMover::start(const iovec *iov, int n) {
     std::lock_guard<std::mutex> lk(mu_);
     n_ = n;
     for (int i = 0; i < n; i++) iov_[i] = iov[i];
+    folds_ = fold != nullptr && !send_;
+    if (folds_) fold_ = *fold;
     posted_++;
     started_ = posted_;
   }
@@ -62,6 +67,8 @@ void SocketMover::loop() {
   for (;;) {
     iovec iov[2];
     int n;
+    BgFold fold;
+    bool folds;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || posted_ != seen; });
@@ -69,19 +76,29 @@ void SocketMover::loop() {
       seen = posted_;
       n = n_;
       for (int i = 0; i < n; i++) iov[i] = iov_[i];
+      folds = folds_;
+      fold = fold_;
     }
-    run(iov, n);
+    run(iov, n, folds ? &fold : nullptr);
     done_.store(seen, std::memory_order_release);
     uint64_t one = 1;
     (void)!::write(notify_, &one, sizeof one);
   }
 }
 
-void SocketMover::run(iovec *iov, int n) {
+namespace {
+// A folding receive takes at most this much per call, then folds what came
+// while it is still in this core's cache.
+constexpr size_t kFoldPiece = size_t{256} << 10;
+}  // namespace
+
+void SocketMover::run(iovec *iov, int n, const BgFold *fold) {
   size_t total = 0;
   for (int i = 0; i < n; i++) total += iov[i].iov_len;
   size_t moved = 0;
   int first = 0;
+  const char *foldAt = fold ? fold->src : nullptr;  // folded up to here
+  char *foldDst = fold ? fold->dst : nullptr;
   while (moved < total) {
     ssize_t k;
     if (send_) {
@@ -90,7 +107,25 @@ void SocketMover::run(iovec *iov, int n) {
       mh.msg_iovlen = static_cast<size_t>(n - first);
       k = sendmsg(fd_, &mh, MSG_NOSIGNAL);
     } else {
-      k = recv(fd_, iov[0].iov_base, iov[0].iov_len, 0);
+      size_t want = iov[0].iov_len;
+      if (fold && want > kFoldPiece) want = kFoldPiece;
+      k = recv(fd_, iov[0].iov_base, want, 0);
+    }
+    if (k > 0 && fold) {
+      // Whole elements from foldAt up to what has now arrived.
+      const char *end = static_cast<const char *>(iov[0].iov_base) + k;
+      size_t bytes = static_cast<size_t>(end - foldAt);
+      bytes -= bytes % fold->f.elem;
+      if (bytes > 0) {
+        if (fold->f.fn(foldDst, foldDst, foldAt, bytes / fold->f.elem, fold->f.dt,
+                       fold->f.op) != flagcxSuccess) {
+          err_.store(EINVAL, std::memory_order_relaxed);
+          return;
+        }
+        foldAt += bytes;
+        foldDst += bytes;
+        g_folded.fetch_add(bytes, std::memory_order_relaxed);
+      }
     }
     if (k > 0) {
       moved += static_cast<size_t>(k);

@@ -18,6 +18,8 @@
 #include <mutex>
 #include <thread>
 
+#include "net/common/framed_conn.h"
+
 namespace flagcx {
 
 class SocketMover {
@@ -29,8 +31,10 @@ class SocketMover {
   SocketMover &operator=(const SocketMover &) = delete;
 
   // Start one job: send every byte of iov[0..n) (n <= 2), or receive
-  // iov[0].iov_len bytes into iov[0].iov_base.  Only while no job runs.
-  void start(const iovec *iov, int n);
+  // iov[0].iov_len bytes into iov[0].iov_base, folding them as they come
+  // when `fold` is given (receive only; see BgFold: the job ends once the
+  // fold reached the end of the buffer).  Only while no job runs.
+  void start(const iovec *iov, int n, const BgFold *fold = nullptr);
   struct Status {
     size_t moved = 0;      // bytes of the current job moved so far
     bool finished = false;  // the job ended: all moved, or closed/err set
@@ -45,7 +49,7 @@ class SocketMover {
 
  private:
   void loop();
-  void run(iovec *iov, int n);
+  void run(iovec *iov, int n, const BgFold *fold);
 
   int fd_;
   bool send_;
@@ -54,6 +58,8 @@ class SocketMover {
   std::condition_variable cv_;
   iovec iov_[2]{};
   int n_ = 0;
+  bool folds_ = false;
+  BgFold fold_{};
   uint64_t posted_ = 0;   // jobs handed over (under mu_)
   uint64_t started_ = 0;  // engine side copy of posted_
   bool stop_ = false;

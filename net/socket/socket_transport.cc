@@ -141,7 +141,7 @@ class SocketPipe final : public Pipe {
     return flagcxSuccess;
   }
 
-  flagcxResult_t readBg(void *dst, size_t n, size_t *pre) override {
+  flagcxResult_t readBg(void *dst, size_t n, size_t *pre, const BgFold *fold) override {
     *pre = 0;
     if (stBeg_ < stEnd_) {  // what the header read brought in comes first
       size_t k = std::min(n, stEnd_ - stBeg_);
@@ -151,7 +151,7 @@ class SocketPipe final : public Pipe {
     }
     if (*pre < n) {
       iovec v{static_cast<char *>(dst) + *pre, n - *pre};
-      recvMover_->start(&v, 1);
+      recvMover_->start(&v, 1, fold);
     }
     return flagcxSuccess;
   }

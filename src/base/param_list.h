@@ -62,6 +62,8 @@ X(NET_CHUNK_SIZE, Int, "-2", "bytes of a pipeline slice for large messages; -2 (
 XCHECK(NET_CHUNK_SIZE, "4096..1073741824|-2")
 X(COPY_THREAD, Int, "-2", "a collective stage's host copies of >= 1 MiB that none of its messages needs are made by a thread of the communicator's own while the messages move (1), or by the engine thread between them (0); -2 (auto): on when this process may use at least 4 cores per rank on its host")
 XCHECK(COPY_THREAD, "0..1|-2")
+X(SOCKET_RECV_REDUCE, Int, "1", "socket lanes with helper threads: a collective's received bytes are reduced into their destination by the helper that receives them, piece by piece as they arrive (1), or by the engine thread once the whole slice is in (0)")
+XCHECK(SOCKET_RECV_REDUCE, "0..1")
 X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")
 XCHECK(STAGE_SLICE_SIZE, "4096..1073741824")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")

@@ -73,6 +73,7 @@ struct Xfer {
   int req = -1;
   bool posted = false, done = false;
   char *reduceDst = nullptr;  // recv_reduce: reduce the landed bytes into it when complete
+  bool folded = false;        // ... which the Conn does itself (Conn::irecvFold)
   int peer;
   int ch = 0;
 };

@@ -140,8 +140,21 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
           continue;
         }
       }
-      flagcxResult_t r = x.isSend ? x.conn->isend(x.buf, x.bytes, x.tag, &x.req)
-                                  : x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
+      flagcxResult_t r;
+      if (x.isSend) {
+        r = x.conn->isend(x.buf, x.bytes, x.tag, &x.req);
+      } else if (x.reduceDst && x.bytes && x.conn->foldsOnReceive(x.bytes)) {
+        RecvFold f;
+        f.dst = x.reduceDst;
+        f.elem = ts;
+        f.dt = dt;
+        f.op = op;
+        f.fn = &hostReduce;
+        r = x.conn->irecvFold(x.buf, x.bytes, x.tag, f, &x.req);
+        x.folded = true;
+      } else {
+        r = x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
+      }
       if (r != flagcxSuccess) {
         std::string cause = lastErrorText();  // the transport's own line, if any
         WARN(kColl, "rank %d: %s: posting a %s of %zu bytes %s rank %d failed: %s", s->rank,
@@ -172,7 +185,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
         return flagcxInvalidUsage;
       }
       // Host memory only here (device buffers are staged or go direct).
-      if (x.reduceDst && x.bytes)
+      if (x.reduceDst && x.bytes && !x.folded)
         FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceDst, x.buf, x.bytes / ts, dt, op));
       x.done = true;
       remaining--;
