@@ -1,5 +1,6 @@
 #include "exec/copy_worker.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "base/copy.h"
@@ -11,6 +12,7 @@ namespace {
 // paid back: measured at 1 MiB (163 against 201-211 us), not below.
 constexpr size_t kMinBytes = size_t{1} << 20;
 std::atomic<uint64_t> g_batches{0};
+constexpr size_t kPiece = size_t{256} << 10;
 }  // namespace
 
 uint64_t copyThreadBatches() { return g_batches.load(); }
@@ -25,10 +27,22 @@ CopyWorker::~CopyWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool CopyWorker::help() {
+  size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+  if (i >= items_.size()) return false;
+  copyBytes(items_[i].dst, items_[i].src, items_[i].bytes);
+  return true;
+}
+
 void CopyWorker::start(const LocalWork::Item *items, size_t n) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    items_.assign(items, items + n);
+    items_.clear();
+    for (size_t k = 0; k < n; k++)
+      for (size_t off = 0; off < items[k].bytes; off += kPiece)
+        items_.push_back({false, items[k].dst + off, items[k].src + off,
+                          std::min(kPiece, items[k].bytes - off)});
+    next_.store(0, std::memory_order_relaxed);
     busy_ = true;
   }
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
@@ -37,6 +51,8 @@ void CopyWorker::start(const LocalWork::Item *items, size_t n) {
 }
 
 void CopyWorker::wait() {
+  while (help()) {
+  }
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [this] { return !busy_; });
 }
@@ -47,7 +63,8 @@ void CopyWorker::loop() {
     cv_.wait(lk, [this] { return busy_ || stop_; });
     if (busy_) {
       lk.unlock();  // items_ is left alone until busy_ drops
-      for (const LocalWork::Item &it : items_) copyBytes(it.dst, it.src, it.bytes);
+      while (help()) {
+      }
       lk.lock();
       busy_ = false;
       cv_.notify_all();

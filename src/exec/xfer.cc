@@ -203,6 +203,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
       idleRounds = 0;
       continue;
     }
+    if (join.w && join.w->help()) continue;  // a piece of the copy thread's batch
     // Now and then, look at every peer: one that gave up (an error frame)
     // fails this operation at once, even when this stage waits on others.
     if (++idleRounds % 256 == 0) FLAGCX_CHECK(sweepPeers(s, what));
