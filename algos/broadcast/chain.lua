@@ -17,10 +17,12 @@ return {
     local v = (r - root) % n
     local nxt, prev = (r + 1) % n, (r - 1) % n
     if v == 0 then
-      for k = 0, C - 1 do s:copy(s.input(k), s.output(k)) end
-      if n == 1 then return end
+      -- The root's copy of chunk k travels with the send of chunk k: all of
+      -- it in stage 0 holds chunk 0's send (and so the whole chain) behind
+      -- a copy of the whole message.
       for k = 0, C - 1 do
-        s:send(nxt, s.input(k))
+        s:copy(s.input(k), s.output(k))
+        if n > 1 then s:send(nxt, s.input(k)) end
         s:stage()
       end
       return

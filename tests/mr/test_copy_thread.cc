@@ -66,10 +66,17 @@ void run(int nranks, size_t count, const char *copyThread, bool wantBatches) {
 // 3 MiB + 20 bytes: not a whole number of 2 MiB slices or 128 KiB pieces.
 constexpr size_t kLarge = (3u << 20) / 4 + 5;
 
+// From 3 ranks large broadcasts go down a chain of 8 chunks, the root's copy
+// of each with its send (algos/broadcast/chain.lua): 9 MiB + 20 bytes makes
+// each chunk's copy at least 1 MiB.
+constexpr size_t kChain = (9u << 20) / 4 + 5;
+
 TEST(CopyThread, OutOfPlaceBroadcastRootsCopyOnTheThread) {
   run(2, kLarge, "1", true);
-  run(3, kLarge, "1", true);
+  run(3, kChain, "1", true);
 }
+// Chain chunks below 1 MiB: the engine thread copies each with its send.
+TEST(CopyThread, SmallChainChunksStayOnTheEngineThread) { run(3, kLarge, "1", false); }
 // Below 1 MiB the engine thread copies, as with the thread off.
 TEST(CopyThread, SmallCopiesStayOnTheEngineThread) { run(2, (1u << 20) / 4 - 1, "1", false); }
 TEST(CopyThread, OffWhenZero) { run(2, kLarge, "0", false); }
