@@ -18,13 +18,14 @@ namespace flagcx {
 class Bootstrap;
 
 // A receive whose bytes are also folded into another buffer (a collective's
-// receive-and-reduce step): once the receive is done, dst[i] = dst[i] op
-// buf[i] for each of its elements.  `fn` is the host reduction (hostReduce's
+// receive-and-reduce step): once the receive is done, dst[i] = base[i] op
+// buf[i] for each of its elements (base: dst itself when null).  `fn` is the host reduction (hostReduce's
 // signature; the transports do not link the device adapters).
 struct RecvFold {
   using Fn = flagcxResult_t (*)(void *dst, const void *a, const void *b, size_t count,
                                 flagcxDataType_t dt, flagcxRedOp_t op);
   char *dst = nullptr;
+  const char *base = nullptr;
   size_t elem = 1;  // bytes per element
   flagcxDataType_t dt = flagcxUint8;
   flagcxRedOp_t op = flagcxSum;

@@ -49,14 +49,15 @@ struct PullNote {
 static_assert(sizeof(PullNote) == 72);
 
 // A helper's fold (Conn::irecvFold): the bytes from `src` on, up to the end
-// of the job's buffer, are folded into `dst` on (the matching position) as
-// they arrive, in whole elements.  src is element-aligned within the
+// of the job's buffer, are folded into `dst` on (the matching position; with
+// `base`, dst = base op src) as they arrive, in whole elements.  src is element-aligned within the
 // message and at most the job's first byte; the bytes between are there
 // before the job starts.
 struct BgFold {
   RecvFold f;
   const char *src = nullptr;
   char *dst = nullptr;
+  const char *base = nullptr;  // null: dst itself
 };
 
 // A non-blocking, ordered byte stream to one peer, both directions.

@@ -99,6 +99,7 @@ void SocketMover::run(iovec *iov, int n, const BgFold *fold) {
   int first = 0;
   const char *foldAt = fold ? fold->src : nullptr;  // folded up to here
   char *foldDst = fold ? fold->dst : nullptr;
+  const char *foldBase = fold ? (fold->base ? fold->base : fold->dst) : nullptr;
   while (moved < total) {
     ssize_t k;
     if (send_) {
@@ -117,13 +118,14 @@ void SocketMover::run(iovec *iov, int n, const BgFold *fold) {
       size_t bytes = static_cast<size_t>(end - foldAt);
       bytes -= bytes % fold->f.elem;
       if (bytes > 0) {
-        if (fold->f.fn(foldDst, foldDst, foldAt, bytes / fold->f.elem, fold->f.dt,
+        if (fold->f.fn(foldDst, foldBase, foldAt, bytes / fold->f.elem, fold->f.dt,
                        fold->f.op) != flagcxSuccess) {
           err_.store(EINVAL, std::memory_order_relaxed);
           return;
         }
         foldAt += bytes;
         foldDst += bytes;
+        foldBase += bytes;
         g_folded.fetch_add(bytes, std::memory_order_relaxed);
       }
     }

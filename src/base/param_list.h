@@ -64,6 +64,8 @@ X(COPY_THREAD, Int, "-2", "a collective stage's host copies of >= 1 MiB that non
 XCHECK(COPY_THREAD, "0..1|-2")
 X(SOCKET_RECV_REDUCE, Int, "1", "socket lanes with helper threads: a collective's received bytes are reduced into their destination by the helper that receives them, piece by piece as they arrive (1), or by the engine thread once the whole slice is in (0)")
 XCHECK(SOCKET_RECV_REDUCE, "0..1")
+X(FUSE_COPIES, Int, "1", "host collectives: a copy that only sets up a later receive-and-reduce's destination is skipped and the received bytes are reduced with the copy's source straight into it, one pass instead of two (1), or the copy is made (0)")
+XCHECK(FUSE_COPIES, "0..1")
 X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host")
 XCHECK(STAGE_SLICE_SIZE, "4096..1073741824")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")

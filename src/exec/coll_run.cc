@@ -5,6 +5,7 @@
 // outside direct mode), the stage's other local steps on the host while those
 // move (firstLateLocal).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -102,7 +103,59 @@ size_t firstLateLocal(const std::vector<Step> &steps, size_t i, size_t end, BufO
   return cut;
 }
 
+// Receive-and-reduce steps whose destination a copy filled in an earlier
+// stage from a source still intact then: the copy is skipped and the
+// received bytes are reduced with the copy's source straight into the
+// destination (dst = src op received: one pass over the data instead of a
+// copy, then a reduction; the ring reducescatter's and allreduce's own
+// chunks, a reduce's accumulator).  skip[k]: step k (a copy) is not run;
+// base[k]: step k (a receive-and-reduce) reduces with these bytes.  Between
+// the copy and the receive nothing may touch the destination or write the
+// source; the steps after the receive in its stage may not write the source.
+template <class BufOf>
+void fuseCopies(const std::vector<Step> &steps, BufOf bufOf, std::vector<char> *skip,
+                std::vector<const char *> *base) {
+  skip->assign(steps.size(), 0);
+  base->assign(steps.size(), nullptr);
+  constexpr size_t kLookAhead = 64;  // steps scanned past a copy
+  auto rangeOf = [&](const ChunkRef &c, char **p, size_t *b) { bufOf(c.buf).range(c.chunk, p, b); };
+  for (size_t c = 0; c < steps.size(); c++) {
+    const Step &cp = steps[c];
+    if (cp.kind != StepKind::Copy) continue;
+    char *sp, *dp;
+    size_t sb, db;
+    rangeOf(cp.src, &sp, &sb);
+    rangeOf(cp.dst, &dp, &db);
+    if (sb != db || db == 0 || overlaps(sp, sb, dp, db)) continue;
+    size_t found = steps.size();
+    bool ok = true;
+    for (size_t t = c + 1; t < steps.size() && t <= c + kLookAhead && ok; t++) {
+      const Step &st = steps[t];
+      if (found < steps.size() && st.stage != steps[found].stage) break;  // past R's stage
+      char *p = nullptr, *q = nullptr;
+      size_t pb = 0, qb = 0;
+      bool reads = st.kind == StepKind::Send || st.kind == StepKind::Copy || st.kind == StepKind::Reduce;
+      bool writes = st.kind != StepKind::Send;
+      if (reads) rangeOf(st.src, &p, &pb);
+      if (writes) rangeOf(st.dst, &q, &qb);
+      if (found == steps.size() && st.kind == StepKind::RecvReduce && st.stage > cp.stage &&
+          q == dp && qb == db) {
+        found = t;
+        continue;
+      }
+      if (overlaps(p, pb, dp, db) || overlaps(q, qb, dp, db) || overlaps(q, qb, sp, sb)) ok = false;
+    }
+    if (!ok || found == steps.size() || (*base)[found]) continue;
+    (*skip)[c] = 1;
+    (*base)[found] = sp;
+  }
+}
+
+std::atomic<uint64_t> g_fused{0};
+
 }  // namespace
+
+uint64_t fusedCopies() { return g_fused.load(std::memory_order_relaxed); }
 
 flagcxResult_t localWorkPiece(ExecState *s, LocalWork &w, bool wait, bool *did) {
   // Pieces small enough that the messages are looked at often.
@@ -250,6 +303,18 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   auto bufOf = [&](BufKind b) -> const Bound & {
     return b == BufKind::Input ? in : b == BufKind::Output ? out : scr;
   };
+  // Host calls of the reducing ops whose input is all there (no staging
+  // gate): skip the copies a receive-and-reduce can absorb.
+  std::vector<char> &skip = s->scratchFuseSkip;
+  std::vector<const char *> &fuseBase = s->scratchFuseBase;
+  if (!direct && !s->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0) {
+    fuseCopies(rs.steps, bufOf, &skip, &fuseBase);
+    g_fused.fetch_add(static_cast<uint64_t>(std::count(skip.begin(), skip.end(), 1)),
+                      std::memory_order_relaxed);
+  } else {
+    skip.assign(rs.steps.size(), 0);
+    fuseBase.assign(rs.steps.size(), nullptr);
+  }
   // FLAGCX_NET_CHUNK_SIZE, or (auto) what the peer's Conn moves best.
   const int64_t chunkParam = paramInt(Param::NET_CHUNK_SIZE);
   auto sliceTo = [&](int peer) {
@@ -303,7 +368,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     late.start(a.dtype, a.redop);
     for (size_t k = i; k < end; k++) {
       const Step &st = rs.steps[k];
-      if (!isLocal(st)) continue;
+      if (!isLocal(st) || skip[k]) continue;
       char *sp, *dp;
       size_t sb, db;
       bufOf(st.src.buf).range(st.src.chunk, &sp, &sb);
@@ -358,7 +423,10 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
         x.bytes = len;
         x.tag = tag;
         x.peer = st.peer;
-        if (st.kind == StepKind::RecvReduce) x.reduceDst = p + off;
+        if (st.kind == StepKind::RecvReduce) {
+          x.reduceDst = p + off;
+          if (fuseBase[k]) x.reduceBase = fuseBase[k] + off;
+        }
         xs.push_back(x);
       }
       if (st.kind == StepKind::RecvReduce) landOff += b;

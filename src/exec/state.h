@@ -74,6 +74,7 @@ struct Xfer {
   bool posted = false, done = false;
   char *reduceDst = nullptr;  // recv_reduce: reduce the landed bytes into it when complete
   bool folded = false;        // ... which the Conn does itself (Conn::irecvFold)
+  const char *reduceBase = nullptr;  // when set: reduceDst = reduceBase op received
   int peer;
   int ch = 0;
 };
@@ -232,6 +233,8 @@ struct ExecState {
   std::vector<char> scratchFlags;
   std::vector<size_t> scratchDispls;
   std::vector<int> scratchLastWrite;
+  std::vector<char> scratchFuseSkip;          // runColl's fuseCopies
+  std::vector<const char *> scratchFuseBase;
   std::vector<Xfer> scratchXfers;
   LocalWork scratchLocal;
   // The copy thread (FLAGCX_COPY_THREAD), null when off; its thread starts
@@ -259,6 +262,9 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
 // coll_run.cc: one collective, its buffers as given (host or, in direct
 // mode, device memory).
 flagcxResult_t runColl(ExecState *s, CollItem &ci);
+// Copies runColl left out, their bytes reduced in with a receive (fuseCopies;
+// this process, tests).
+uint64_t fusedCopies();
 // p2p_run.cc
 flagcxResult_t runP2P(ExecState *s, std::vector<P2PItem> &items);
 // staging.cc: device buffers through host copies (staged mode) or device

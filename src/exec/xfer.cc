@@ -146,6 +146,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
       } else if (x.reduceDst && x.bytes && x.conn->foldsOnReceive(x.bytes)) {
         RecvFold f;
         f.dst = x.reduceDst;
+        f.base = x.reduceBase;
         f.elem = ts;
         f.dt = dt;
         f.op = op;
@@ -186,7 +187,8 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
       }
       // Host memory only here (device buffers are staged or go direct).
       if (x.reduceDst && x.bytes && !x.folded)
-        FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceDst, x.buf, x.bytes / ts, dt, op));
+        FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceBase ? x.reduceBase : x.reduceDst, x.buf,
+                                x.bytes / ts, dt, op));
       x.done = true;
       remaining--;
       progressed = true;

@@ -5,6 +5,8 @@
 // Forced on here (the helpers' auto needs 4 cores per rank), 4 lanes, every
 // element of every result checked for the reducing ops and several element
 // sizes, and the helpers' fold counter proving which way the bytes went.
+// Also the copies runColl leaves out for a receive-and-reduce to absorb
+// (FLAGCX_FUSE_COPIES): over sockets with and without folds, and over shm.
 
 #include <gtest/gtest.h>
 
@@ -12,15 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "exec/state.h"
 #include "net/net.h"
 #include "tests/common/harness.h"
 
 namespace {
 
-harness::Env env(const char *fold) {
+harness::Env env(const char *fold, const char *fuse = "1") {
   return {{{"FLAGCX_SHM_DISABLE", "1"}, {"FLAGCX_SOCKET_HELPERS", "1"},
            {"FLAGCX_SOCKET_NTHREADS", "4"}, {"FLAGCX_SOCKET_RECV_REDUCE", fold},
-           {"FLAGCX_TIMEOUT", "60"}}};
+           {"FLAGCX_FUSE_COPIES", fuse}, {"FLAGCX_TIMEOUT", "60"}}};
+}
+// Same-host shared memory (no helpers, no folds): the fused copies alone.
+harness::Env shmEnv(const char *fuse) {
+  return {{{"FLAGCX_SHM_DISABLE", "0"}, {"FLAGCX_FUSE_COPIES", fuse}, {"FLAGCX_TIMEOUT", "60"}}};
 }
 
 // Rank r's element i (small, so that sums and products of a few ranks are exact).
@@ -70,13 +77,14 @@ int checkOps(flagcxComm_t comm, int rank, int n, size_t count, flagcxDataType_t 
 }
 
 // `bytes` per call (not a whole number of slices, stripes or 4 KiB pages);
-// `wantFolds`: whether the helpers must have folded bytes.
-void run(int nranks, size_t bytes, const char *fold, bool wantFolds) {
+// `wantFolds`: whether the helpers must have folded bytes; `wantFused`:
+// whether runColl must have left copies out (fuseCopies, FLAGCX_FUSE_COPIES).
+void run(int nranks, size_t bytes, const harness::Env &e, bool wantFolds, bool wantFused) {
   auto res = harness::run(nranks, [&](int rank, int n, flagcxUniqueId *id) {
     flagcxComm_t comm;
     RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
     int failures = 0;
-    uint64_t before = flagcx::socketFoldedBytes();
+    uint64_t before = flagcx::socketFoldedBytes(), fusedBefore = flagcx::fusedCopies();
     failures += checkOps<float>(comm, rank, n, bytes / 4, flagcxFloat32, flagcxSum);
     failures += checkOps<int8_t>(comm, rank, n, bytes + 3, flagcxInt8, flagcxMax);
     failures += checkOps<double>(comm, rank, n, bytes / 8 + 1, flagcxFloat64, flagcxMin);
@@ -84,9 +92,11 @@ void run(int nranks, size_t bytes, const char *fold, bool wantFolds) {
     uint64_t folded = flagcx::socketFoldedBytes() - before;
     RANK_EXPECT((folded > 0) == wantFolds, "%llu byte(s) folded by the helpers",
                 static_cast<unsigned long long>(folded));
+    uint64_t fused = flagcx::fusedCopies() - fusedBefore;
+    RANK_EXPECT((fused > 0) == wantFused, "%llu copies fused", static_cast<unsigned long long>(fused));
     RANK_OK(flagcxCommDestroy(comm));
     return failures ? 1 : 0;
-  }, env(fold), 240);
+  }, e, 240);
   EXPECT_TRUE(res.allOk()) << nranks << " ranks: " << res.failures();
 }
 
@@ -95,14 +105,20 @@ void run(int nranks, size_t bytes, const char *fold, bool wantFolds) {
 constexpr size_t kLarge = (9u << 20) + 20;
 
 TEST(RecvFold, HelpersReduceWhatTheyReceive) {
-  run(2, kLarge, "1", true);
-  run(3, kLarge, "1", true);
+  run(2, kLarge, env("1"), true, true);
+  run(3, kLarge, env("1"), true, true);
 }
 // Messages below 2 MiB (split over the lanes or not) stay with the engine thread.
 TEST(RecvFold, SmallMessagesAreReducedByTheEngine) {
-  run(2, 64u << 10, "1", false);
-  run(2, (1u << 20) + 20, "1", false);
+  run(2, 64u << 10, env("1"), false, true);
+  run(2, (1u << 20) + 20, env("1"), false, true);
 }
-TEST(RecvFold, OffWhenZero) { run(2, kLarge, "0", false); }
+TEST(RecvFold, OffWhenZero) { run(2, kLarge, env("0"), false, true); }
+TEST(RecvFold, HelpersFoldWithoutFusedCopies) { run(2, kLarge, env("1", "0"), true, false); }
+TEST(FusedCopies, OverSharedMemory) {
+  run(2, (3u << 20) + 20, shmEnv("1"), false, true);
+  run(3, (3u << 20) + 20, shmEnv("1"), false, true);
+  run(2, (3u << 20) + 20, shmEnv("0"), false, false);
+}
 
 }  // namespace
