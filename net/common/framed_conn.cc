@@ -190,6 +190,7 @@ flagcxResult_t FramedConn::irecvFold(void *buf, size_t bytes, uint64_t tag, cons
   Req &r = reqs_[*req & 0xff];
   r.folds = true;
   r.fold = f;
+  if (!r.fold.base) r.fold.base = r.fold.dst;
   return flagcxSuccess;
 }
 

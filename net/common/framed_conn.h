@@ -49,15 +49,14 @@ struct PullNote {
 static_assert(sizeof(PullNote) == 72);
 
 // A helper's fold (Conn::irecvFold): the bytes from `src` on, up to the end
-// of the job's buffer, are folded into `dst` on (the matching position; with
-// `base`, dst = base op src) as they arrive, in whole elements.  src is element-aligned within the
+// of the job's buffer, are folded as they arrive, in whole elements:
+// f.dst[i] = f.base[i] op src[i] (f.dst and f.base point at src's first
+// byte's place, f.base never null).  src is element-aligned within the
 // message and at most the job's first byte; the bytes between are there
 // before the job starts.
 struct BgFold {
   RecvFold f;
   const char *src = nullptr;
-  char *dst = nullptr;
-  const char *base = nullptr;  // null: dst itself
 };
 
 // A non-blocking, ordered byte stream to one peer, both directions.
@@ -191,7 +190,7 @@ class FramedConn final : public Conn {
     bool pull = false;    // send by rendezvous (see kFrameVersionPull)
     PullNote note{};      // what the rendezvous frame announces (send side)
     bool folds = false;   // recv: irecvFold's fold into `fold.dst`
-    RecvFold fold{};
+    RecvFold fold{};      // fold.base set (dst when the caller gave none)
   };
   // Posted requests of one direction in sequence order (slot indices).
   struct Queue {

@@ -83,8 +83,8 @@ flagcxResult_t FramedConn::foldUpTo(Lane &l, uint64_t end) {
   if (!r.folds || end <= l.rFolded) return flagcxSuccess;
   size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
   size_t n = static_cast<size_t>(end - l.rFolded);
-  flagcxResult_t rc = r.fold.fn(r.fold.dst + at, (r.fold.base ? r.fold.base : r.fold.dst) + at,
-                                r.buf + at, n / r.fold.elem, r.fold.dt, r.fold.op);
+  flagcxResult_t rc = r.fold.fn(r.fold.dst + at, r.fold.base + at, r.buf + at, n / r.fold.elem,
+                                r.fold.dt, r.fold.op);
   if (rc != flagcxSuccess) {
     WARN(kNet, "%s conn rank %d <- peer %d: reducing %zu received bytes failed", kind_,
          desc_.self, desc_.peer, n);
@@ -201,9 +201,9 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
         FLAGCX_CHECK(foldUpTo(l, l.rDone - l.rDone % r.fold.elem));
         size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
         bf.f = r.fold;
+        bf.f.dst += at;
+        bf.f.base += at;
         bf.src = r.buf + at;
-        bf.dst = r.fold.dst + at;
-        bf.base = r.fold.base ? r.fold.base + at : nullptr;
       }
       size_t pre = 0;
       flagcxResult_t rc = l.pipe->readBg(l.rData + l.rDone, l.rLen - l.rDone, &pre,

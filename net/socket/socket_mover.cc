@@ -98,8 +98,8 @@ void SocketMover::run(iovec *iov, int n, const BgFold *fold) {
   size_t moved = 0;
   int first = 0;
   const char *foldAt = fold ? fold->src : nullptr;  // folded up to here
-  char *foldDst = fold ? fold->dst : nullptr;
-  const char *foldBase = fold ? (fold->base ? fold->base : fold->dst) : nullptr;
+  char *foldDst = fold ? fold->f.dst : nullptr;
+  const char *foldBase = fold ? fold->f.base : nullptr;
   while (moved < total) {
     ssize_t k;
     if (send_) {

@@ -112,9 +112,11 @@ size_t firstLateLocal(const std::vector<Step> &steps, size_t i, size_t end, BufO
 // base[k]: step k (a receive-and-reduce) reduces with these bytes.  Between
 // the copy and the receive nothing may touch the destination or write the
 // source; the steps after the receive in its stage may not write the source.
+// Returns how many copies it left out.
 template <class BufOf>
-void fuseCopies(const std::vector<Step> &steps, BufOf bufOf, std::vector<char> *skip,
-                std::vector<const char *> *base) {
+size_t fuseCopies(const std::vector<Step> &steps, BufOf bufOf, std::vector<char> *skip,
+                  std::vector<const char *> *base) {
+  size_t fused = 0;
   skip->assign(steps.size(), 0);
   base->assign(steps.size(), nullptr);
   constexpr size_t kLookAhead = 64;  // steps scanned past a copy
@@ -148,7 +150,9 @@ void fuseCopies(const std::vector<Step> &steps, BufOf bufOf, std::vector<char> *
     if (!ok || found == steps.size() || (*base)[found]) continue;
     (*skip)[c] = 1;
     (*base)[found] = sp;
+    fused++;
   }
+  return fused;
 }
 
 std::atomic<uint64_t> g_fused{0};
@@ -307,14 +311,10 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   // gate): skip the copies a receive-and-reduce can absorb.
   std::vector<char> &skip = s->scratchFuseSkip;
   std::vector<const char *> &fuseBase = s->scratchFuseBase;
-  if (!direct && !s->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0) {
-    fuseCopies(rs.steps, bufOf, &skip, &fuseBase);
-    g_fused.fetch_add(static_cast<uint64_t>(std::count(skip.begin(), skip.end(), 1)),
-                      std::memory_order_relaxed);
-  } else {
-    skip.assign(rs.steps.size(), 0);
-    fuseBase.assign(rs.steps.size(), nullptr);
-  }
+  const bool fuse =
+      !direct && !s->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
+  if (fuse)
+    g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &skip, &fuseBase), std::memory_order_relaxed);
   // FLAGCX_NET_CHUNK_SIZE, or (auto) what the peer's Conn moves best.
   const int64_t chunkParam = paramInt(Param::NET_CHUNK_SIZE);
   auto sliceTo = [&](int peer) {
@@ -368,7 +368,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     late.start(a.dtype, a.redop);
     for (size_t k = i; k < end; k++) {
       const Step &st = rs.steps[k];
-      if (!isLocal(st) || skip[k]) continue;
+      if (!isLocal(st) || (fuse && skip[k])) continue;
       char *sp, *dp;
       size_t sb, db;
       bufOf(st.src.buf).range(st.src.chunk, &sp, &sb);
@@ -425,7 +425,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
         x.peer = st.peer;
         if (st.kind == StepKind::RecvReduce) {
           x.reduceDst = p + off;
-          if (fuseBase[k]) x.reduceBase = fuseBase[k] + off;
+          if (fuse && fuseBase[k]) x.reduceBase = fuseBase[k] + off;
         }
         xs.push_back(x);
       }

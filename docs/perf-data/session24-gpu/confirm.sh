@@ -16,7 +16,7 @@
 # setting hangs in MPI_Finalize past 2 ranks) with the shipped chain.lua (c4) and with spread/
 # chain.lua (c4s: the root's copy of chunk k in the stage of chunk k's send, not all in stage 0).
 # spread/chain.lua became algos/broadcast/chain.lua in 52b21f7 and was removed: on later trees
-# c4 is that chain and c4s runs it again (../session24-gpu/oldchain/chain.lua is the one before).
+# c4 is that chain and c4s runs it again (tests/fuzz/corpus/script/broadcast-chain.lua is the one before).
 # Bundle: ../session23-gpu/mk-bundle.sh <release build of main+scratch> <release build of base>.
 source "$(dirname "$0")/../session21-gpu/common.sh"
 declare -A ARM=([main]="" [base]="" [ct0]="FLAGCX_COPY_THREAD=0" [c512]="FLAGCX_NET_CHUNK_SIZE=524288"
