@@ -170,12 +170,14 @@ flagcxResult_t FramedConn::irecv(void *buf, size_t bytes, uint64_t tag, int *req
 }
 
 bool FramedConn::foldsOnReceive(size_t bytes) const {
-  // From 2 MiB (four 512 KiB stripes): measured on 16 cores with 4 lanes
-  // (docs/PERFORMANCE.md, "Session 24"), the helpers' folds made allreduce
-  // 4 / 16 MiB 1.4x faster and reduce 16 MiB 1.7x, but a 1 MiB reduce's
-  // (four 256 KiB stripes) and a 1 MiB reducescatter's 10-25 % slower.
-  constexpr size_t kMinFold = size_t{2} << 20;
-  return foldsOnReceive_ && bytes >= kMinFold;
+  // Every message split over the lanes (kMinSplit, 512 KiB): measured on 16
+  // cores with 4 lanes once the copies were fused into the reductions
+  // (docs/PERFORMANCE.md, "Session 25"), folding from 512 KiB made reduce
+  // 1 MiB 2.5x faster and allreduce / reducescatter 2 MiB 1.6-1.7x against
+  // folding from 2 MiB; below 512 KiB a message is one stripe the engine
+  // reads itself.  (Session 24 had started them at 2 MiB, measured while a
+  // reduce's root still copied its input into the accumulator first.)
+  return foldsOnReceive_ && bytes >= kMinSplit;
 }
 
 flagcxResult_t FramedConn::irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,

@@ -101,18 +101,21 @@ void run(int nranks, size_t bytes, const harness::Env &e, bool wantFolds, bool w
 }
 
 // Slices of 2 MiB (FLAGCX_NET_CHUNK_SIZE auto) and a remainder; folds start
-// at 2 MiB messages (FramedConn::foldsOnReceive).
+// at messages that are split over the lanes, 512 KiB (FramedConn::foldsOnReceive).
 constexpr size_t kLarge = (9u << 20) + 20;
 
 TEST(RecvFold, HelpersReduceWhatTheyReceive) {
   run(2, kLarge, env("1"), true, true);
   run(3, kLarge, env("1"), true, true);
 }
-// Messages below 2 MiB (split over the lanes or not) stay with the engine thread.
+// Messages below 512 KiB (one stripe each) stay with the engine thread: at 2
+// ranks and 256 KiB the ring's are 128 KiB and a reduce's 256 KiB.
 TEST(RecvFold, SmallMessagesAreReducedByTheEngine) {
   run(2, 64u << 10, env("1"), false, true);
-  run(2, (1u << 20) + 20, env("1"), false, true);
+  run(2, (256u << 10) + 20, env("1"), false, true);
 }
+// One slice, split over the lanes: a 2-rank reduce's 1 MiB message is folded.
+TEST(RecvFold, SplitMessagesBelowASliceAreFolded) { run(2, (1u << 20) + 20, env("1"), true, true); }
 TEST(RecvFold, OffWhenZero) { run(2, kLarge, env("0"), false, true); }
 TEST(RecvFold, HelpersFoldWithoutFusedCopies) { run(2, kLarge, env("1", "0"), true, false); }
 TEST(FusedCopies, OverSharedMemory) {
