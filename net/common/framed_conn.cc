@@ -409,8 +409,23 @@ void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
   if (cancelBg()) fail(code == flagcxSuccess ? flagcxRemoteError : code);
   if (lanes_.empty() || lanes_[0].closed || poisoned_) return;
   Lane &l = lanes_[0];
-  // Only between frames: a half-written frame cannot be interrupted.
-  if (l.sActive && (l.sBg || l.sHdrDone > 0 || l.sDone > 0)) return;
+  if (l.sActive && (l.sBg || l.sHdrDone > 0 || l.sDone > 0)) {
+    // A half-written frame cannot be interrupted by another: end the
+    // connection instead, so that the peer fails now, reading the end in
+    // the middle of the frame, not at FLAGCX_TIMEOUT.  A transport that
+    // cannot cut leaves the peer to its timeout.
+    bool cutAny = false;
+    for (Lane &x : lanes_) {
+      if (x.closed || !x.pipe->cut()) continue;
+      x.closed = true;
+      anyLaneClosed_ = true;
+      cutAny = true;
+    }
+    if (!cutAny) return;
+    poisoned_ = true;
+    fail(code == flagcxSuccess ? flagcxRemoteError : code);
+    return;
+  }
   poisoned_ = true;
   FrameHeader h{kFrameMagic, kFrameVersionError, 0, mine, theirs, static_cast<uint64_t>(code)};
   size_t done = 0;

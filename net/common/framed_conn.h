@@ -122,6 +122,11 @@ class Pipe {
   // unblock it) and return once no helper touches a caller's buffer again.
   // The pipe moves nothing afterwards.
   virtual void cancelBg() {}
+  // End the connection at once in both directions, so that the peer reads
+  // its end (mid-frame, if a frame was half sent) instead of waiting for
+  // bytes that will not come.  False where the transport cannot (then
+  // nothing changed).  The pipe moves nothing afterwards.
+  virtual bool cut() { return false; }
 };
 
 struct FrameHeader {

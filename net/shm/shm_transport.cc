@@ -113,9 +113,13 @@ class ShmPipe final : public Pipe {
     rxHead_ = rx_->head.load(std::memory_order_relaxed);
     rxTail_ = rx_->tail.load(std::memory_order_acquire);
   }
-  ~ShmPipe() override {
+  ~ShmPipe() override { cut(); }
+  // The flags the destructor sets: the peer's reads see the end once the
+  // ring is empty, its writes at once.
+  bool cut() override {
     tx_->producerClosed.store(1, std::memory_order_release);
     rx_->consumerClosed.store(1, std::memory_order_release);
+    return true;
   }
 
   flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {

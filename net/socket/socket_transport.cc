@@ -185,6 +185,12 @@ class SocketPipe final : public Pipe {
     while (busy()) usleep(100);
   }
 
+  bool cut() override {
+    cancelBg();
+    shutdown(fd_.get(), SHUT_RDWR);
+    return true;
+  }
+
   flagcxResult_t read(void *dst, size_t n, size_t *moved, bool *closed) override {
     *moved = 0;
     *closed = false;

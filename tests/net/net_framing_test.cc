@@ -24,6 +24,10 @@ class MemPipe : public Pipe {
   MemPipe(std::shared_ptr<Bytes> out, std::shared_ptr<Bytes> in, unsigned seed, size_t cap)
       : out_(std::move(out)), in_(std::move(in)), rng_(seed), cap_(cap) {}
   ~MemPipe() override { out_->closed = true; }
+  bool cut() override {
+    out_->closed = true;
+    return true;
+  }
   flagcxResult_t write(const iovec *iov, int n, size_t *moved, bool *closed) override {
     *closed = false;
     size_t budget = rng_() % cap_;
@@ -221,6 +225,29 @@ TEST(NetFraming, MessageBeforeErrorFrameIsDelivered) {
   done = false;
   EXPECT_EQ(p.b->test(r2, &done, nullptr), flagcxInvalidUsage);
   EXPECT_FALSE(done);
+}
+
+// The sender gives up while its frame is half written: no error frame can
+// follow, so it ends the connection, and the receiver fails at once (before
+// this, it waited for the rest of the frame until FLAGCX_TIMEOUT).
+TEST(NetFraming, PoisonMidFrameEndsTheConnection) {
+  for (int lanes : {1, 2}) {
+    Pair p = makePair(lanes, 64);
+    std::vector<uint8_t> src(100000, 3), dst(100000, 0);
+    int s, r;
+    ASSERT_EQ(p.b->irecv(dst.data(), dst.size(), 5, &r), flagcxSuccess);
+    ASSERT_EQ(p.a->isend(src.data(), src.size(), 5, &s), flagcxSuccess);
+    for (int i = 0; i < 1000 && p.ab[0]->q.empty(); i++) ASSERT_EQ(p.a->progress(), flagcxSuccess);
+    ASSERT_FALSE(p.ab[0]->q.empty());
+    ASSERT_LT(p.ab[0]->q.size(), src.size());  // mid-frame
+    p.a->poison(flagcxInvalidUsage, 0xC000000000000006ull, 0);
+    EXPECT_NE(p.a->progress(), flagcxSuccess) << lanes << " lanes: the sender's Conn failed";
+    flagcxResult_t rc = flagcxSuccess;
+    bool done = false;
+    for (int i = 0; i < 100000 && rc == flagcxSuccess && !done; i++) rc = p.b->test(r, &done, nullptr);
+    EXPECT_EQ(rc, flagcxRemoteError) << lanes << " lanes";
+    EXPECT_FALSE(done) << lanes << " lanes";
+  }
 }
 
 // Several lanes: a message striped over all of them, then the sender's error
