@@ -406,7 +406,8 @@ flagcxResult_t FramedConn::peerGaveUp(const FrameHeader &h) {
 void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
   // The call gave up and its buffers go back to the caller: end the helper
   // jobs first.  Lanes they shut down carry nothing more, so the Conn fails.
-  if (cancelBg()) fail(code == flagcxSuccess ? flagcxRemoteError : code);
+  const flagcxResult_t why = code == flagcxSuccess ? flagcxRemoteError : code;
+  if (cancelBg()) fail(why);
   if (lanes_.empty() || lanes_[0].closed || poisoned_) return;
   Lane &l = lanes_[0];
   if (l.sActive && (l.sBg || l.sHdrDone > 0 || l.sDone > 0)) {
@@ -423,7 +424,7 @@ void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
     }
     if (!cutAny) return;
     poisoned_ = true;
-    fail(code == flagcxSuccess ? flagcxRemoteError : code);
+    fail(why);
     return;
   }
   poisoned_ = true;
@@ -438,7 +439,7 @@ void FramedConn::poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) {
     done += got;
   }
   l.sActive = false;
-  fail(code == flagcxSuccess ? flagcxRemoteError : code);
+  fail(why);
 }
 
 flagcxResult_t FramedConn::progress() {

@@ -10,8 +10,7 @@ source "$(dirname "$0")/lib.sh"
 declare -A ARM=([main]="" [nofuse]="FLAGCX_FUSE_COPIES=0")
 for r in 1 2 3; do
   [ $((SECONDS-T0)) -gt ${BUDGET:-200} ] && break
-  for op in allreduce allgather reducescatter alltoall reduce gather scatter sendrecv; do run $op main $r; done
-  run broadcast main $r -I 0
+  every_op main $r
   echo "round $r done at $((SECONDS-T0)) s"
 done
 for r in 1 2 3; do

@@ -9,8 +9,7 @@ source "$(dirname "$0")/lib.sh"
 declare -A ARM=([shm]="-u UCX_TLS FLAGCX_SHM_DISABLE=0")
 for r in 1 2 3; do
   [ $((SECONDS-T0)) -gt ${BUDGET:-200} ] && break
-  for op in allreduce allgather reducescatter alltoall reduce gather scatter sendrecv; do run $op shm $r; done
-  run broadcast shm $r -I 0
+  every_op shm $r
   echo "round $r done at $((SECONDS-T0)) s"
 done
 python3 docs/perf-data/session21-gpu/summarize.py $L
