@@ -27,9 +27,11 @@ namespace flagcx {
 
 // Completion of a group of operations.  `left` counts the operations not
 // complete; the engine decrements it (release) and records the first
-// failure in `error`.  When `left` reaches 0 and `counter` is set, the
-// counter grows by one (a batch is one operation); when `owned`, the engine
-// deletes the object then.
+// failure in `error`.  Two kinds: a waiter's object (not `owned`), which the
+// engine never touches after the decrement that takes `left` to 0 (its
+// waiter may be gone by then), and an `owned` one, which the engine deletes
+// then, first growing `counter` by one (a batch is one operation) when it
+// is set and nothing failed.  `counter` is only honoured with `owned`.
 struct RmaDone {
   std::atomic<int64_t> left{0};
   std::atomic<int> error{flagcxSuccess};

@@ -53,11 +53,16 @@ void rmaComplete(RmaDone *d, int rc) {
       d->errorSink->compare_exchange_strong(ok, rc);
     }
   }
-  if (d->left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    if (d->counter && d->error.load() == flagcxSuccess)
-      d->counter->fetch_add(1, std::memory_order_release);
-    if (d->owned) delete d;
-  }
+  // A caller-owned `d` (on the waiter's stack) may be gone the moment `left`
+  // reaches 0: its waiter returns.  So what the last decrement needs is read
+  // before it, and `d` is touched after it only when the engine owns it.
+  // (Reading `owned` after the decrement once freed a stack address:
+  // "free(): invalid pointer" in onesided-socket-4.)
+  const bool owned = d->owned;
+  std::atomic<uint64_t> *const counter = d->counter;
+  if (d->left.fetch_sub(1, std::memory_order_acq_rel) != 1 || !owned) return;
+  if (counter && d->error.load() == flagcxSuccess) counter->fetch_add(1, std::memory_order_release);
+  delete d;
 }
 
 namespace {
