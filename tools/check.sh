@@ -54,7 +54,8 @@ if [ "$asan" = 1 ]; then
       --timeout-multiplier 3
 fi
 if [ "$tsan" = 1 ]; then
-  # Thread: the multi-rank tests (mr-*, net-* transports, rel-*).  Ranks are
+  # Thread: the multi-rank tests (mr-*, net-* transports, rel-*) and the host
+  # streams (unit-host-adapter).  Ranks are
   # forked before the rendezvous thread starts (tests/common/harness.h),
   # but a test process may still hold threads of earlier tests, hence
   # die_after_fork=0.  report_thread_leaks=0: kill tests make ranks leave
@@ -64,6 +65,7 @@ if [ "$tsan" = 1 ]; then
   ninja -C build-tsan
   mapfile -t mr_tests < <(meson test -C build-tsan --list --suite quick 2>/dev/null |
     sed -n 's#^.* / \(\(mr\|net\|rel\)-.*\)$#\1#p' | grep -v '^net-framing$')
+  mr_tests+=(unit-host-adapter)  # host streams: threads, no ranks
   TSAN_OPTIONS=halt_on_error=1:die_after_fork=0:second_deadlock_stack=1:report_thread_leaks=0 \
     meson test -C build-tsan --print-errorlogs --num-processes 1 --timeout-multiplier 4 \
       "${mr_tests[@]}"

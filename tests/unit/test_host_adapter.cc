@@ -530,6 +530,34 @@ TEST(HostEvent, DestroyWithAnEarlierRecordStillQueued) {
   ASSERT_EQ(H()->streamDestroy(b), flagcxSuccess);
 }
 
+// A stream whose last entries another stream's worker ran (it waits on an
+// event recorded there), destroyed the moment a synchronize says they are
+// done: that worker still has to release the runner role and leave its
+// wait, and the destroy must wait for it (it freed the stream under it;
+// ASan and TSan builds report the use after free, when the timing hits).
+TEST(HostStream, DestroyWhileAnotherStreamFinishesRunningIt) {
+  std::vector<char> from(1 << 16, 7), to(1 << 16);
+  flagcxStream_t other;
+  ASSERT_EQ(H()->streamCreate(&other), flagcxSuccess);
+  flagcxEvent_t e;
+  ASSERT_EQ(H()->eventCreate(&e, flagcxEventDisableTiming), flagcxSuccess);
+  for (int i = 0; i < 1000; i++) {
+    flagcxStream_t s;
+    ASSERT_EQ(H()->streamCreate(&s), flagcxSuccess);
+    for (int k = 0; k < 4; k++)
+      ASSERT_EQ(H()->deviceMemcpy(to.data(), from.data(), from.size(), flagcxMemcpyDeviceToDevice,
+                                  s), flagcxSuccess);
+    ASSERT_EQ(H()->eventRecord(e, s), flagcxSuccess);
+    ASSERT_EQ(H()->streamWaitEvent(other, e), flagcxSuccess);
+    ASSERT_EQ(H()->streamSynchronize(s), flagcxSuccess);
+    ASSERT_EQ(H()->streamDestroy(s), flagcxSuccess);
+  }
+  ASSERT_EQ(H()->streamSynchronize(other), flagcxSuccess);
+  EXPECT_EQ(to[12345], 7);
+  ASSERT_EQ(H()->eventDestroy(e), flagcxSuccess);
+  ASSERT_EQ(H()->streamDestroy(other), flagcxSuccess);
+}
+
 // One thread re-records an event on two streams in turn while another
 // synchronizes it: a synchronize must never pair the stream of one record
 // with the ticket of the other (stream a is thousands of entries ahead of

@@ -10,8 +10,9 @@
 //    flagcxStream_t made by streamCreate: streamCopy returns that same stream
 //    (counted as a copy) and streamFree only drops the count; NULL stays the
 //    NULL (synchronous) stream;
-//  - destroying an event or stream while another stream still has a pending
-//    streamWaitEvent on it is not supported.
+//  - an event or stream may be destroyed while another stream still has a
+//    pending streamWaitEvent on it (the wait holds a reference to the stream;
+//    it never reads the event).
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -63,13 +64,16 @@ flagcxResult_t submit(const char *fn, flagcxStream_t stream, const Entry &e) {
 flagcxResult_t hDeviceSynchronize() {
   std::vector<flagcxStream *> all;
   {
+    // Held, so that a stream another thread destroys meanwhile stays valid.
     std::lock_guard<std::mutex> g(g_streamsMu);
     all = g_streams;
+    for (flagcxStream *s : all) host::streamRetain(s);
   }
   flagcxResult_t res = flagcxSuccess;
   for (flagcxStream *s : all) {
     flagcxResult_t r = host::streamSynchronize(s);
     if (res == flagcxSuccess) res = r;
+    host::streamRelease(s);
   }
   return res;
 }

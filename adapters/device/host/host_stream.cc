@@ -84,6 +84,8 @@ void drainLocked(flagcxStream *s, Lock &lk, uint64_t target) {
       // must still complete, or whoever waits for it would hang.
       if (s->error.load(std::memory_order_relaxed) == flagcxSuccess || e.kind == Entry::EventRecord)
         r = runEntry(e);
+      else if (e.kind == Entry::EventWait)
+        streamRelease(e.ev.stream);  // skipped, but its reference goes
       int none = flagcxSuccess;
       if (r != flagcxSuccess && s->error.compare_exchange_strong(none, r, std::memory_order_relaxed))
         INFO(kColl, "host stream %p: work failed (%s); later work on it is skipped",
@@ -160,6 +162,7 @@ void workerMain(flagcxStream *s) {
 // other thread is.
 flagcxResult_t syncUpTo(flagcxStream *s, uint64_t target) {
   Lock lk(s->mu);
+  s->users++;  // streamDestroy waits for this thread to leave
   while (s->done.load(std::memory_order_acquire) < target) {
     if (tryRun(s, lk, target)) continue;
     lk.unlock();
@@ -175,6 +178,7 @@ flagcxResult_t syncUpTo(flagcxStream *s, uint64_t target) {
     s->doneCv.wait(lk);
     if (--s->waiters == 0) s->wakeAt = UINT64_MAX;
   }
+  s->users--;
   return static_cast<flagcxResult_t>(s->error.load(std::memory_order_relaxed));
 }
 
@@ -240,7 +244,10 @@ flagcxResult_t runEntry(const Entry &e) {
     case Entry::EventWait:
       // The event's marker is entry `ticket` of its stream: drive that stream
       // (inline if idle) until it has run.  Errors stay on their own stream.
+      // The entry holds a reference: that stream may be destroyed meanwhile
+      // (its destroy ran the marker, so this returns at once).
       syncUpTo(e.ev.stream, e.ev.ticket);
+      streamRelease(e.ev.stream);
       return flagcxSuccess;
   }
   return flagcxInternalError;
@@ -283,9 +290,27 @@ flagcxResult_t streamDestroy(flagcxStream *s) {
   }
   s->workCv.notify_one();
   s->worker.join();
+  // Another thread may have run the last entries (a synchronize, or a
+  // stream waiting on an event recorded here) and still be inside: it
+  // stored `done`, which let this thread past syncUpTo, but has yet to
+  // release the runner role or leave its own wait.  Its entries are done,
+  // so this wait is short.
+  for (;;) {
+    {
+      Lock lk(s->mu);
+      if (!s->running.load(std::memory_order_relaxed) && s->users == 0) break;
+    }
+    std::this_thread::yield();
+  }
   s->magic.store(0, std::memory_order_relaxed);
-  delete s;
+  streamRelease(s);
   return flagcxSuccess;
+}
+
+void streamRetain(flagcxStream *s) { s->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void streamRelease(flagcxStream *s) {
+  if (s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete s;
 }
 
 namespace {
@@ -413,9 +438,12 @@ flagcxResult_t streamWaitEvent(flagcxStream *s, flagcxEvent *e) {
     entry.ev.gen = gen;
     entry.ev.stream = e->stream.load(std::memory_order_relaxed);
     entry.ev.ticket = e->ticket.load(std::memory_order_relaxed);
+    if (entry.ev.stream == s) return flagcxSuccess;  // already ordered behind the marker
+    // (Not complete, so that stream is not destroyed: its destroy runs
+    // everything queued first.)  Dropped when the entry runs.
+    streamRetain(entry.ev.stream);
   }
-  if (entry.ev.stream == s) return flagcxSuccess;  // already ordered behind the marker
-  if (!s) return runEntry(entry);                   // the NULL stream waits now
+  if (!s) return runEntry(entry);  // the NULL stream waits now
   return streamEnqueue(s, entry);
 }
 

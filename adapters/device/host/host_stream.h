@@ -63,6 +63,11 @@ flagcxResult_t runEntry(const Entry &e);
 
 flagcxResult_t streamCreate(flagcxStream **out);
 flagcxResult_t streamDestroy(flagcxStream *s);
+// References besides the owner's (a queued wait on an event recorded on s,
+// a deviceSynchronize in progress): the stream's memory outlives
+// streamDestroy until the last is dropped.
+void streamRetain(flagcxStream *s);
+void streamRelease(flagcxStream *s);
 flagcxResult_t streamEnqueue(flagcxStream *s, const Entry &e);
 // The same, but an entry that finds the stream idle (nothing queued, no
 // runner) runs now on the calling thread; its failure is the stream's, as
@@ -108,6 +113,8 @@ struct flagcxStream {
   std::atomic<uint64_t> done{0};          // entries finished (ran or skipped)
   std::atomic<bool> running{false};       // a thread holds the runner role
   int waiters = 0;                        // threads blocked on doneCv
+  int users = 0;                          // threads inside a synchronize (destroy waits)
+  std::atomic<int> refs{1};               // the owner's + streamRetain's (the last frees)
   uint64_t wakeAt = UINT64_MAX;           // the smallest `done` one of them waits for
   bool parked = false;                    // worker in an untimed wait: enqueue must notify
   bool wakeSent = false;                  // ... and has already been notified
