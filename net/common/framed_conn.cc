@@ -114,8 +114,9 @@ flagcxResult_t FramedConn::post(Kind kind, void *buf, size_t bytes, uint64_t tag
     return flagcxInvalidArgument;
   }
   if (peerClosed_) {
-    WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d: %s posted after the peer closed the connection",
-         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, dirName(kind));
+    WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d: %s posted after the peer closed the connection%s",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, dirName(kind),
+         closeCause().c_str());
     return fail(flagcxRemoteError);
   }
   if (nfree_ == 0) {
@@ -211,10 +212,16 @@ void FramedConn::popDone(Queue &q) {
 
 // The peer closed lane li before the stripe being sent was out.
 flagcxResult_t FramedConn::closedInSend(Lane &l, int li) {
-  WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d lane %d: peer closed the connection during send #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe sent)",
+  WARN(kNet, "%s conn rank %d -> peer %d (%s) channel %d lane %d: peer closed the connection during send #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe sent)%s",
        kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.sHdr.seq, l.sDone,
-       l.sLen);
+       l.sLen, closeCause().c_str());
   return fail(flagcxRemoteError);
+}
+
+std::string FramedConn::closeCause() const {
+  for (const Lane &l : lanes_)
+    if (l.closed && l.pipe->closeCause()) return std::string(": ") + l.pipe->closeCause();
+  return "";
 }
 
 flagcxResult_t FramedConn::progressSend(Lane &l, int li, bool *moved) {

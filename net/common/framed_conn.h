@@ -73,6 +73,10 @@ class Pipe {
   // transport whose stream cannot report a dead peer by itself (shm) checks
   // here.  Returns flagcxRemoteError (after logging) when the peer is dead.
   virtual flagcxResult_t idleCheck() { return flagcxSuccess; }
+  // Why the pipe reported *closed, when it knows more than "end of stream"
+  // (a reset connection, a broken pipe): added to the Conn's warning when
+  // requests were still pending.  Null when nothing is known.
+  virtual const char *closeCause() const { return nullptr; }
 
   // Single copy for large messages (shm): instead of streaming the bytes the
   // sender announces its buffer, the receiver reads it straight out of the
@@ -242,6 +246,8 @@ class FramedConn final : public Conn {
   flagcxResult_t foldUpTo(Lane &l, uint64_t end);  // fold [rFolded, end) of the lane's stripe
   flagcxResult_t closedInPayload(Lane &l, int li);  // log, mark, fail
   flagcxResult_t closedInSend(Lane &l, int li);
+  // ": <cause>" from the first closed lane whose pipe knows why, or "".
+  std::string closeCause() const;
   flagcxResult_t peerGaveUp(const FrameHeader &h);
   void popDone(Queue &q);
   void collectPullAcks(bool *moved);

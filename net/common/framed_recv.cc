@@ -16,9 +16,9 @@ flagcxResult_t FramedConn::closedInPayload(Lane &l, int li) {
   l.closed = true;
   anyLaneClosed_ = true;
   if (li == 0) peerClosed_ = true;
-  WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection during message #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe received)",
+  WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection during message #%" PRIu64 " (%" PRIu64 " of %" PRIu64 " bytes of its stripe received)%s",
        kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li, l.rHdr.seq, l.rDone,
-       l.rLen);
+       l.rLen, closeCause().c_str());
   return fail(flagcxRemoteError);
 }
 
@@ -266,8 +266,9 @@ flagcxResult_t FramedConn::closedLanesCheck() {
     }
   }
   if (!why) return flagcxSuccess;
-  WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer closed the connection with %d request(s) pending (%s #%" PRIu64 ")",
-       kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_, why, seq);
+  WARN(kNet, "%s conn rank %d <-> peer %d (%s) channel %d: peer closed the connection with %d request(s) pending (%s #%" PRIu64 ")%s",
+       kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, pending_, why, seq,
+       closeCause().c_str());
   return fail(flagcxRemoteError);
 }
 

@@ -2,10 +2,17 @@
 // over several lanes, and hostile headers, without processes or sockets.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "net/common/framed_conn.h"
 
 using namespace flagcx;
@@ -51,6 +58,7 @@ class MemPipe : public Pipe {
     *closed = k == 0 && in_->q.empty() && in_->closed;
     return flagcxSuccess;
   }
+  const char *closeCause() const override { return in_->closed ? "the test pipe was reset" : nullptr; }
 
  private:
   std::shared_ptr<Bytes> out_, in_;
@@ -194,6 +202,37 @@ TEST(NetFraming, PeerClosedWithPendingReceive) {
   p.a.reset();  // closes a's side of every lane
   bool done = false;
   EXPECT_EQ(p.b->test(r, &done, nullptr), flagcxRemoteError);
+}
+
+// The Conn's warning names what the pipe knows of the loss (a socket: the
+// reset or broken pipe, its lane and address); the pipe itself only logs it
+// at INFO, since a peer closing after the last message is normal.
+TEST(NetFraming, PeerClosedWarningNamesTheCause) {
+  char dir[] = "/tmp/flagcx-framing-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/log";
+  setenv("FLAGCX_DEBUG_FILE", path.c_str(), 1);
+  paramsReload();
+  logReinit();
+  {
+    Pair p = makePair(1);
+    std::vector<uint8_t> buf(64);
+    int r;
+    ASSERT_EQ(p.b->irecv(buf.data(), buf.size(), 1, &r), flagcxSuccess);
+    p.a.reset();
+    bool done = false;
+    EXPECT_EQ(p.b->test(r, &done, nullptr), flagcxRemoteError);
+  }
+  unsetenv("FLAGCX_DEBUG_FILE");
+  paramsReload();
+  logReinit();
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("pending (receive #0): the test pipe was reset"), std::string::npos)
+      << ss.str();
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 // A peer that finished a message and then gave up (an error frame): the
