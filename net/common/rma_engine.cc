@@ -456,7 +456,14 @@ class Engine final : public RmaEngine {
         flagcxResult_t rc = flagcxSuccess;
         if (native(static_cast<int>(p))) rc = progressNative(static_cast<int>(p), now, &moved);
         if (rc == flagcxSuccess && pe.conn) rc = progressPeer(static_cast<int>(p), now, &moved);
-        if (rc != flagcxSuccess) failPeer(static_cast<int>(p), rc, false);
+        if (rc != flagcxSuccess) {
+          // Given up (no answer within FLAGCX_TIMEOUT, a broken Conn, a bad
+          // message): cut the Conn first, so that nothing still on its way
+          // (a helper thread's receive into a read's destination) lands in
+          // memory whose operation is about to be failed back to its caller.
+          if (pe.conn) pe.conn->poison(rc, 0, 0);
+          failPeer(static_cast<int>(p), rc, false);
+        }
       }
       if (moved) {
         spins = 0;

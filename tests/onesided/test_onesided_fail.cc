@@ -1,7 +1,8 @@
 // One-sided operations against a dead peer: after the peer registered and
 // was SIGKILLed, a wait for its signal, a put-with-signal to it and a
 // counted put to it must fail (never hang), over shm and over sockets; a
-// wait for a SIGSTOPped (silent) peer fails at FLAGCX_TIMEOUT.
+// wait for a SIGSTOPped (silent) peer, and a read from it over sockets, fail
+// at FLAGCX_TIMEOUT.
 // The harness's deadline is what bounds the run; FLAGCX_TIMEOUT is 5 s.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,7 +17,7 @@
 
 namespace {
 
-enum class What { WaitSignal, PutSignal, RegionPut, WaitStopped };
+enum class What { WaitSignal, PutSignal, RegionPut, WaitStopped, GetStopped };
 
 // The ranks' pids, shared with them (MAP_SHARED before the fork): rank 0
 // ends a stopped rank 1 once it has its error.
@@ -38,7 +39,8 @@ int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
     return 4;
   if (flagcxOneSideRegister(c.comm, buf, size) != flagcxSuccess) return 5;
   if (flagcxBarrier(c.comm, c.stream) != flagcxSuccess || c.sync() != flagcxSuccess) return 6;
-  if (rank == 1) raise(what == What::WaitStopped ? SIGSTOP : SIGKILL);
+  bool stop = what == What::WaitStopped || what == What::GetStopped;
+  if (rank == 1) raise(stop ? SIGSTOP : SIGKILL);
   std::vector<char> src(size, 7);
   flagcxResult_t r = flagcxSuccess;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
@@ -58,6 +60,12 @@ int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
         if (r == flagcxSuccess) r = c.sync();
       }
       break;
+    case What::GetStopped:
+      // A read the silent peer never answers: failed at FLAGCX_TIMEOUT, and
+      // the engine cuts the Conn first (nothing may land in buf after).
+      r = flagcxGet(c.comm, 1, 0, 0, size, 0, 0);
+      if (r == flagcxSuccess) r = flagcxWaitCounter(c.comm, 1);
+      break;
     case What::RegionPut:
       for (int i = 0; r == flagcxSuccess && std::chrono::steady_clock::now() < until; i++) {
         r = flagcxPut(c.comm, 1, 0, 0, size, 0, 0);
@@ -65,7 +73,7 @@ int body(int rank, int nranks, flagcxUniqueId *id, What what, bool alloc) {
       }
       break;
   }
-  if (what == What::WaitStopped && g_pids && g_pids[1] > 0) kill(g_pids[1], SIGKILL);
+  if (stop && g_pids && g_pids[1] > 0) kill(g_pids[1], SIGKILL);
   if (r == flagcxSuccess) {
     fprintf(stderr, "rank 0: every operation to the dead rank 1 succeeded\n");
     return 10;
@@ -111,6 +119,7 @@ std::string name(const ::testing::TestParamInfo<Param> &i) {
   const char *w = i.param.what == What::WaitSignal    ? "WaitSignal"
                   : i.param.what == What::PutSignal   ? "PutSignal"
                   : i.param.what == What::WaitStopped ? "WaitStoppedPeer"
+                  : i.param.what == What::GetStopped  ? "GetStoppedPeer"
                                                       : "RegionPut";
   return std::string(w) + (i.param.alloc ? "_memalloc" : "_malloc") +
          (i.param.net == kSocket ? "_socket" : i.param.net == kIb ? "_ib" : "_shm");
@@ -123,7 +132,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{What::PutSignal, false, kShm}, Param{What::PutSignal, false, kSocket},
                       Param{What::PutSignal, true, kIb}, Param{What::RegionPut, true, kShm},
                       Param{What::RegionPut, false, kSocket}, Param{What::RegionPut, false, kIb},
-                      Param{What::WaitStopped, true, kShm}, Param{What::WaitStopped, false, kSocket}),
+                      Param{What::WaitStopped, true, kShm}, Param{What::WaitStopped, false, kSocket},
+                      Param{What::GetStopped, false, kSocket}),
     name);
 
 }  // namespace
