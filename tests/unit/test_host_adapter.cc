@@ -558,6 +558,35 @@ TEST(HostStream, DestroyWhileAnotherStreamFinishesRunningIt) {
   ASSERT_EQ(H()->streamDestroy(other), flagcxSuccess);
 }
 
+// One thread destroys the stream an event was recorded on while another
+// queries the event, synchronizes it and makes a third stream wait on it
+// (legal on CUDA): the event's reference to its stream keeps the stream
+// valid for them (they read it freed; ASan and TSan builds report it).
+TEST(HostEvent, UsedWhileAnotherThreadDestroysItsStream) {
+  std::vector<char> from(1 << 14, 3), to(1 << 14);
+  flagcxStream_t other;
+  ASSERT_EQ(H()->streamCreate(&other), flagcxSuccess);
+  flagcxEvent_t e;
+  ASSERT_EQ(H()->eventCreate(&e, flagcxEventDisableTiming), flagcxSuccess);
+  for (int i = 0; i < 300; i++) {
+    flagcxStream_t s;
+    ASSERT_EQ(H()->streamCreate(&s), flagcxSuccess);
+    ASSERT_EQ(H()->deviceMemcpy(to.data(), from.data(), from.size(), flagcxMemcpyDeviceToDevice, s),
+              flagcxSuccess);
+    ASSERT_EQ(H()->eventRecord(e, s), flagcxSuccess);
+    std::thread destroyer([s] { H()->streamDestroy(s); });
+    ASSERT_EQ(H()->streamWaitEvent(other, e), flagcxSuccess);
+    while (H()->eventQuery(e) != flagcxSuccess) {
+    }
+    ASSERT_EQ(H()->eventSynchronize(e), flagcxSuccess);
+    destroyer.join();
+  }
+  ASSERT_EQ(H()->streamSynchronize(other), flagcxSuccess);
+  EXPECT_EQ(to[100], 3);
+  ASSERT_EQ(H()->eventDestroy(e), flagcxSuccess);
+  ASSERT_EQ(H()->streamDestroy(other), flagcxSuccess);
+}
+
 // One thread re-records an event on two streams in turn while another
 // synchronizes it: a synchronize must never pair the stream of one record
 // with the ticket of the other (stream a is thousands of entries ahead of

@@ -191,9 +191,26 @@ bool progressUpTo(flagcxStream *s, uint64_t target) {
   return s->done.load(std::memory_order_acquire) >= target;
 }
 
-// Drops one reference to e (its owner's or a queued marker's); the last frees it.
+// Drops one reference to e (its owner's or a queued marker's); the last frees
+// it, and with it its reference to the stream of its latest record.
 void eventRelease(flagcxEvent *e) {
-  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (flagcxStream *s = e->stream.load(std::memory_order_relaxed)) streamRelease(s);
+  delete e;
+}
+
+// The stream of e's latest record and its ticket, read together under e->mu
+// (a concurrent re-record on another stream could otherwise pair that stream
+// with the old stream's ticket, which it may never reach), with a reference
+// to the stream the caller drops (it may be destroyed meanwhile: the event's
+// own reference keeps it valid only while e->mu is held).
+flagcxStream *eventStream(flagcxEvent *e, uint64_t *gen, uint64_t *ticket) {
+  std::lock_guard<std::mutex> g(e->mu);
+  *gen = e->recorded.load(std::memory_order_relaxed);
+  *ticket = e->ticket.load(std::memory_order_relaxed);
+  flagcxStream *s = e->stream.load(std::memory_order_relaxed);
+  if (s) streamRetain(s);
+  return s;
 }
 
 // A marker ran: `gen` is complete.  `queued` markers hold a reference to
@@ -377,6 +394,12 @@ flagcxResult_t eventDestroy(flagcxEvent *e) {
 flagcxResult_t eventRecord(flagcxEvent *e, flagcxStream *s) {
   std::lock_guard<std::mutex> g(e->mu);
   uint64_t gen = e->recorded.load(std::memory_order_relaxed) + 1;
+  // The event holds a reference to the stream of its latest record, so that
+  // whoever finds that stream through the event (a query, a synchronize, a
+  // wait on another stream) can take its own reference under e->mu, even
+  // while another thread destroys the stream.
+  if (flagcxStream *old = e->stream.load(std::memory_order_relaxed)) streamRelease(old);
+  if (s) streamRetain(s);
   if (!s) {  // the NULL stream: everything before is already done
     e->stream.store(nullptr, std::memory_order_relaxed);
     e->recorded.store(gen, std::memory_order_release);
@@ -402,8 +425,11 @@ flagcxResult_t eventRecord(flagcxEvent *e, flagcxStream *s) {
 
 flagcxResult_t eventQuery(flagcxEvent *e) {
   if (eventDone(e)) return flagcxSuccess;
-  flagcxStream *s = e->stream.load(std::memory_order_relaxed);
-  if (s) progressUpTo(s, e->ticket.load(std::memory_order_relaxed));
+  uint64_t gen, ticket;
+  if (flagcxStream *s = eventStream(e, &gen, &ticket)) {
+    progressUpTo(s, ticket);
+    streamRelease(s);
+  }
   return eventDone(e) ? flagcxSuccess : flagcxInProgress;
 }
 
@@ -414,16 +440,12 @@ flagcxResult_t eventSynchronize(flagcxEvent *e) {
   // another stream could pair that stream with the old stream's ticket,
   // which it may never reach.
   uint64_t gen, ticket;
-  flagcxStream *s;
-  {
-    std::lock_guard<std::mutex> g(e->mu);
-    gen = e->recorded.load(std::memory_order_relaxed);
-    s = e->stream.load(std::memory_order_relaxed);
-    ticket = e->ticket.load(std::memory_order_relaxed);
-  }
+  flagcxStream *s = eventStream(e, &gen, &ticket);
+  if (!s) return flagcxSuccess;
   // Once the stream passes the ticket, gen's marker has run and completed
   // is at least gen (markComplete only raises it).
-  if (s && e->completed.load(std::memory_order_acquire) < gen) syncUpTo(s, ticket);
+  if (e->completed.load(std::memory_order_acquire) < gen) syncUpTo(s, ticket);
+  streamRelease(s);
   return flagcxSuccess;
 }
 
@@ -439,8 +461,8 @@ flagcxResult_t streamWaitEvent(flagcxStream *s, flagcxEvent *e) {
     entry.ev.stream = e->stream.load(std::memory_order_relaxed);
     entry.ev.ticket = e->ticket.load(std::memory_order_relaxed);
     if (entry.ev.stream == s) return flagcxSuccess;  // already ordered behind the marker
-    // (Not complete, so that stream is not destroyed: its destroy runs
-    // everything queued first.)  Dropped when the entry runs.
+    // Valid here (the event's reference, under e->mu); dropped when the
+    // entry runs.
     streamRetain(entry.ev.stream);
   }
   if (!s) return runEntry(entry);  // the NULL stream waits now
