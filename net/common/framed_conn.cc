@@ -219,8 +219,10 @@ flagcxResult_t FramedConn::closedInSend(Lane &l, int li) {
 }
 
 std::string FramedConn::closeCause() const {
+  // Any lane's pipe: one that saw the loss knows it (closedInSend's lane is
+  // not marked closed).
   for (const Lane &l : lanes_)
-    if (l.closed && l.pipe->closeCause()) return std::string(": ") + l.pipe->closeCause();
+    if (l.pipe->closeCause()) return std::string(": ") + l.pipe->closeCause();
   return "";
 }
 

@@ -246,7 +246,7 @@ class FramedConn final : public Conn {
   flagcxResult_t foldUpTo(Lane &l, uint64_t end);  // fold [rFolded, end) of the lane's stripe
   flagcxResult_t closedInPayload(Lane &l, int li);  // log, mark, fail
   flagcxResult_t closedInSend(Lane &l, int li);
-  // ": <cause>" from the first closed lane whose pipe knows why, or "".
+  // ": <cause>" from the first lane whose pipe knows why it closed, or "".
   std::string closeCause() const;
   flagcxResult_t peerGaveUp(const FrameHeader &h);
   void popDone(Queue &q);

@@ -120,8 +120,9 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
           if (li == 0) peerClosed_ = true;  // lane 0 heads every message: no more come
           collectPullAcks(moved);  // it may have acknowledged just before leaving
           if (l.rHdrGot > 0) {
-            WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection inside a frame header",
-                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li);
+            WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection inside a frame header%s",
+                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li,
+                 closeCause().c_str());
             return fail(flagcxRemoteError);
           }
           // progress() calls closedLanesCheck() once every lane had its

@@ -207,25 +207,43 @@ TEST(NetFraming, PeerClosedWithPendingReceive) {
 // The Conn's warning names what the pipe knows of the loss (a socket: the
 // reset or broken pipe, its lane and address); the pipe itself only logs it
 // at INFO, since a peer closing after the last message is normal.
+namespace {
+// Sets logging variables for one scope and puts back what was there, also
+// when an assertion leaves the scope early.
+struct LogEnv {
+  std::vector<std::pair<std::string, std::string>> saved;
+  std::vector<std::string> unset;
+  explicit LogEnv(std::vector<std::pair<std::string, std::string>> vars) {
+    for (auto &v : vars) {
+      const char *old = getenv(v.first.c_str());
+      if (old) saved.emplace_back(v.first, old);
+      else unset.push_back(v.first);
+      setenv(v.first.c_str(), v.second.c_str(), 1);
+    }
+    paramsReload();
+  }
+  ~LogEnv() {
+    for (auto &v : saved) setenv(v.first.c_str(), v.second.c_str(), 1);
+    for (auto &n : unset) unsetenv(n.c_str());
+    paramsReload();
+  }
+};
+}  // namespace
+
 TEST(NetFraming, PeerClosedWarningNamesTheCause) {
   char dir[] = "/tmp/flagcx-framing-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   std::string path = std::string(dir) + "/log";
-  setenv("FLAGCX_DEBUG_FILE", path.c_str(), 1);
-  paramsReload();
-  logReinit();
   {
+    LogEnv env({{"FLAGCX_DEBUG_FILE", path}, {"FLAGCX_DEBUG", "WARN"}});
     Pair p = makePair(1);
     std::vector<uint8_t> buf(64);
     int r;
-    ASSERT_EQ(p.b->irecv(buf.data(), buf.size(), 1, &r), flagcxSuccess);
+    EXPECT_EQ(p.b->irecv(buf.data(), buf.size(), 1, &r), flagcxSuccess);
     p.a.reset();
     bool done = false;
     EXPECT_EQ(p.b->test(r, &done, nullptr), flagcxRemoteError);
-  }
-  unsetenv("FLAGCX_DEBUG_FILE");
-  paramsReload();
-  logReinit();
+  }  // the log file is closed here
   std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();

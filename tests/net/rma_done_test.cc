@@ -34,10 +34,10 @@ TEST(RmaDone, WaiterObjectIsNotTouchedAfterTheLastCompletion) {
     handed.store(d);
     while (d->left.load(std::memory_order_acquire) > 0) {
     }
-    // The waiter is done with it: reuse the bytes as its stack would.
+    // The waiter is done with it: reuse the bytes as its stack would (the
+    // fence keeps the compiler from dropping the stores before the delete).
     d->counter = &poisoned;
-    d->owned = true;
-    d->owned = false;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     delete d;
   }
   stop.store(true);
