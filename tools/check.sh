@@ -55,12 +55,12 @@ if [ "$asan" = 1 ]; then
 fi
 if [ "$tsan" = 1 ]; then
   # Thread: the multi-rank tests (mr-*, net-* transports, rel-*) and the host
-  # streams (unit-host-adapter).  Ranks are
-  # forked before the rendezvous thread starts (tests/common/harness.h),
-  # but a test process may still hold threads of earlier tests, hence
-  # die_after_fork=0.  report_thread_leaks=0: kill tests make ranks leave
-  # with live communicators on purpose (their threads are never joined);
-  # rel-leaks checks thread counts after 100 communicators instead.
+  # streams (unit-host-adapter).  Ranks are forked before the rendezvous
+  # thread starts (tests/common/harness.h), but a test process may still
+  # hold threads of earlier tests, hence die_after_fork=0.
+  # report_thread_leaks=0: kill tests make ranks leave with live
+  # communicators on purpose (their threads are never joined); rel-leaks
+  # checks thread counts after 100 communicators instead.
   [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread
   ninja -C build-tsan
   mapfile -t mr_tests < <(meson test -C build-tsan --list --suite quick 2>/dev/null |

@@ -222,7 +222,7 @@ std::string FramedConn::closeCause() const {
   // Any lane's pipe: one that saw the loss knows it (closedInSend's lane is
   // not marked closed).
   for (const Lane &l : lanes_)
-    if (l.pipe->closeCause()) return std::string(": ") + l.pipe->closeCause();
+    if (const char *c = l.pipe->closeCause()) return std::string(": ") + c;
   return "";
 }
 

@@ -398,8 +398,9 @@ flagcxResult_t eventRecord(flagcxEvent *e, flagcxStream *s) {
   // whoever finds that stream through the event (a query, a synchronize, a
   // wait on another stream) can take its own reference under e->mu, even
   // while another thread destroys the stream.
-  if (flagcxStream *old = e->stream.load(std::memory_order_relaxed)) streamRelease(old);
+  // (The new one first: re-recording on the same stream never drops it to 0.)
   if (s) streamRetain(s);
+  if (flagcxStream *old = e->stream.load(std::memory_order_relaxed)) streamRelease(old);
   if (!s) {  // the NULL stream: everything before is already done
     e->stream.store(nullptr, std::memory_order_relaxed);
     e->recorded.store(gen, std::memory_order_release);
