@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 19 on the GPU machine: the engine's allreduce with ranks sharing one GPU, with and
+# On the GPU machine: the engine's allreduce with ranks sharing one GPU, with and
 # without the CUDA MPS daemon, the direct path of src/exec/shm_direct.cc against the ring
 # schedule (FLAGCX_SHM_DIRECT_BYTES=0), plus the CUDA engine tests.  Run from the repository
 # root through the device tool with carry [".carry"] (tools/gpu-carry.sh fills it):

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool, carry [".carry"] made by tools/gpu-carry.sh):
-# the GPU measurements the open issues still need, in one call of about 5
-# minutes.  Logs under $OUT (a summary on stdout, the rest in $OUT/more.tgz).
+# the GPU steps below as one call of about 5 minutes.  Logs under $OUT (a summary on stdout, the rest in $OUT/more.tgz).
 #   1. build build-dropin (CUDA, NCCL pass-through, drop-in, torch plugin)
 #   2. the torch GPU check (every op, DDP, 1 rank and 2 ranks on GPU 0)
-#   3. issue 15's benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
+#   3. the torch benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
 #      200 calls x 5 rounds
-#   4. issue 14's device path: the batched-copy test, test_p2p_cuda, and
+#   4. the P2P engine's device path: the batched-copy test, test_p2p_cuda, and
 #      kv_transfer --device cuda (KV_TOKENS, KV_BATCH, KV_ITERS, KV_TRACE)
-#   5. issue 16's drop-in stages (NCCLX_STAGES, default build,torch,compare;
+#   5. the NCCL drop-in's stages (NCCLX_STAGES, default build,torch,compare;
 #      DROPIN_TIMEOUT, default 300 s): torch (DDP losses, NCCL_DEBUG=WARN) and
 #      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
 # GPU_PENDING_STEPS=build,torch,bench,kv,dropin picks steps (default all).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The NCCL drop-in on a GPU machine: build flagcx with CUDA and the drop-in,
-# build NVIDIA's nccl-tests (MPI=1) against it, run the acceptance commands of
-# issue 16 and write every log under $OUT (default <builddir>/nccl-dropin).
+# build NVIDIA's nccl-tests (MPI=1) against it, run the drop-in's checks and
+# timings (docs/NCCL-DROPIN.md) and write every log under $OUT (default
+# <builddir>/nccl-dropin).
 # Prints one summary; exit 1 when any stage fails.  Meant to stay under
 # 8 minutes on one H200 (16 cores).
 #
@@ -359,7 +360,8 @@ if want same; then
   rc=$?
   [ "$rc" = 0 ] || bad=$((bad + 1))
   result same $bad "2 ranks in one process: $(tail -1 "$O/same-program-gpu0.log")"
-  # Issue 19's one-GPU measurement (a benchmark: logged, never a failure).
+  # Two ranks of one process sharing GPU 0: allreduce against the copy bound
+  # (a benchmark: logged, never a failure).
   dropin_env FLAGCX_TIMEOUT=30 timeout 120 "$NT/same_process_bench" 1024 > "$O/same-bench.log" 2>&1 ||
     echo "   same_process_bench: rc $?" | tee -a "$O/summary.txt"
 fi
