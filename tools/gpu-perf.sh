@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MPI benchmarks on device buffers (issue #4's acceptance run): build the
+# The MPI benchmarks on device buffers: build the
 # perf tools against whichever MPI this machine has (MPICH, or Open MPI as on
 # the device tool's image) and run
 #

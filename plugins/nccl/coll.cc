@@ -225,7 +225,7 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
 // of line (the *Slow functions): a few instructions, no frame.  At one rank
 // an out-of-place call spends microseconds in the CUDA driver, which evicts
 // what the drop-in touched, so each line it reads costs a miss per call
-// (session 12 on the H200).  NVIDIA's result and its ncclGetLastError text
+// (measured on an H200).  NVIDIA's result and its ncclGetLastError text
 // reach the caller unchanged, as without the drop-in.
 template <class F>
 inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const void *b,

@@ -53,7 +53,7 @@ struct Direct {
 // state, NVIDIA's communicator and the first entry points) share the first
 // cache line: at one rank an out-of-place call spends microseconds in the
 // CUDA driver, which evicts whatever the drop-in touched, so every line the
-// drop-in reads per call is a miss (docs/NCCL-DROPIN.md, session 12).
+// drop-in reads per call is a miss (measured on an H200; docs/NCCL-DROPIN.md).
 struct alignas(64) ncclComm {
   static constexpr uint64_t kMagic = 0x58434347414c464eull;  // "NFLAGCCX"
   enum State : int { kReady = 0, kDeferred = 1, kRunning = 2, kFailed = 3 };

@@ -5,7 +5,7 @@
 // that advertise fast string moves, and on this project's AMD EPYC VM that
 // instruction runs at 2-3 GB/s instead of 40-50 when the destination is a
 // few bytes past the source modulo 4096 (dst - src = 8 mod 4096: 1.9 GB/s
-// against 42 for 256 KiB; docs/perf-data/session9-host/memcpy-offsets.txt).
+// against 42 for 256 KiB; docs/DECISIONS.md, "Host copies", has the program).
 // Ring positions drift by frame headers, so some ring copies land on such
 // offsets.  (This is not the VM's "slow phase" of docs/PERFORMANCE.md,
 // which copyBytes does not cure.)

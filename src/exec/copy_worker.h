@@ -3,9 +3,9 @@
 // The engine thread otherwise makes them itself in 128 KiB pieces between
 // its looks at the Conns, and with socket helper threads every piece delays
 // the hand-off of the lanes' next stripes: a 16 MiB out-of-place broadcast's
-// root took the copy's time plus the send's.  Measured on a 16-core host
-// (docs/PERFORMANCE.md, "Session 23"): broadcast -I 0 at 4 / 16 MiB from
-// 957 / 3967 us to 514 / 2112 us, as fast as in place.
+// root took the copy's time plus the send's.  On a 16-core host the thread
+// took broadcast -I 0 at 4 / 16 MiB from 957 / 3967 us to 514 / 2112 us, as
+// fast as in place (docs/DECISIONS.md, "Sockets").
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -33,7 +33,7 @@ class CopyWorker {
   // The engine thread helps so whenever it would otherwise wait for its
   // messages: two threads copy (measured on 16 cores, out-of-place
   // broadcast 4 / 16 MiB: 274 / 1074 us with the thread alone, 218 / 900
-  // with the engine's help; docs/PERFORMANCE.md, "Session 24").
+  // with the engine's help).
   bool help();
   void wait();  // helps until no piece is left, then waits for the thread's last
 

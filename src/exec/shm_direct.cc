@@ -1,5 +1,5 @@
 // Large collectives between ranks of one host, straight between the ranks'
-// buffers (issue 19's direct mode for host memory, and for device memory).
+// buffers (direct mode, for host memory and for device memory).
 //
 // Over the rings every byte of an allreduce is copied into a ring, out of it
 // and reduced: about 4.5 S of memory traffic per rank at 2 ranks for S bytes,

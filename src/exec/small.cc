@@ -1,5 +1,5 @@
 // Small collectives between ranks of one host: one shared block per
-// communicator instead of the rings (issue 19's small-message path).
+// communicator instead of the rings (the small-message path).
 //
 // A collective of a few KiB over the rings costs a frame per peer and
 // direction, tag checks, a schedule and its stage loop: about twice what

@@ -50,7 +50,7 @@ namespace harness {
 // wall-clock time from an event (a rank stopped or killed) to the survivors'
 // error include the time the in-flight bytes take to drain before the peers
 // notice nothing moves; under TSan they move less data instead of loosening
-// the bound (measured, session 18: an 8 MiB allreduce at 8 ranks over
+// the bound (an 8 MiB allreduce at 8 ranks over
 // sockets drained for ~5 s after the signal, a 512 MiB buffer took long
 // enough to fill that the other rank's barrier ran into FLAGCX_TIMEOUT).
 #ifdef FLAGCX_TSAN

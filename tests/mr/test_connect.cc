@@ -1,4 +1,4 @@
-// Connections only where the schedules lead (issue 17): after init a rank
+// Connections only where the schedules lead: after init a rank
 // holds Conns to exactly the peers its compiled schedules name (every op but
 // alltoall/alltoallv), and to the others once an operation first needs them;
 // every collective is still right.  CONNECT_NRANKS sets the size (default 8;

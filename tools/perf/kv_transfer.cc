@@ -324,7 +324,7 @@ int prefill() {
       sm.add(secs(t));
     } else {  // the device's own copy rate: one device-to-device copy of as many bytes
       // A device-to-device cudaMemcpy may return before the copy is done
-      // (session 8's H200 run timed only the launch: "4697 GB/s"): wait for it.
+      // (timing only the launch once gave "4697 GB/s" on an H200): wait for it.
       t = clk::now();
       if (g_dev->deviceMemcpy(local, cache, ps.size() * blockBytes(), flagcxMemcpyDeviceToDevice,
                               nullptr) != flagcxSuccess ||

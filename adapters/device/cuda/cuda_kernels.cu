@@ -272,7 +272,7 @@ unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
 
 // Which of this file's paths takes operands that differ modulo 16 when a
 // benchmark asks for `realign` or `words` (`best` goes to `chunk` in
-// cuda_kernels_misaligned.cu first).  Session 7's H200 figures: operands
+// cuda_kernels_misaligned.cu first).  On an H200: operands
 // sharing an 8-byte offset move in 8-byte words (92 % of the copy rate for
 // f32), the others realigned (84 %; 4-byte words reached 65 %, bytes 52 %).
 template <class T>

@@ -39,7 +39,7 @@ cudaError_t launchDivide(void *dst, const void *src, size_t count, flagcxDataTyp
 // vectors in flight per operand, byte permutes), `chunk` (each warp takes 4
 // consecutive 512-byte steps, the next vector of lane 31 from lane 0's next
 // step), `chunkLine` (chunk, destination aligned to 128 bytes).  `best`, the
-// default, is `chunk` (H200, session 13: 95.6-97.5 % of the copy rate at
+// default, is `chunk` (H200: 95.6-97.5 % of the copy rate at
 // every shift, against 82-92 % for realign/words).  Only benchmarks and
 // tests change it.
 enum class MisalignedPath { best, realign, words, shuffle4, chunk, chunkLine };

@@ -1,4 +1,4 @@
-// Candidate kernels for operands at different offsets modulo 16 (issue 19),
+// Candidate kernels for operands at different offsets modulo 16,
 // chosen by g_misaligned (shuffle4, chunk, chunkLine; cuda_kernels.h).  Like
 // the `realign` path of cuda_kernels.cu, the destination is written in
 // aligned 16-byte vectors and each source is read in aligned vectors and
@@ -174,7 +174,7 @@ bool elementAligned(size_t ts, const void *p) {
 
 // These paths take element-aligned operands that differ modulo 16: `chunk`
 // by default (`best`: 95.6-97.5 % of the copy rate on the H200 for every
-// shift, docs/GPU.md session 13), the others when a benchmark asks.
+// shift), the others when a benchmark asks.
 bool takes(size_t ts, const void *p0, const void *p1, const void *p2) {
   if (g_misaligned != MisalignedPath::best && g_misaligned != MisalignedPath::shuffle4 &&
       g_misaligned != MisalignedPath::chunk && g_misaligned != MisalignedPath::chunkLine)

@@ -1,7 +1,7 @@
 // Time per call at one rank: NVIDIA's NCCL against the drop-in, in ONE
 // process.  nccl-tests compares them across processes, where NVIDIA's own
-// library differs from itself by more than the bound being checked (docs/
-// NCCL-DROPIN.md, session 11); here both libraries run side by side on the
+// library differs from itself by more than the bound being checked
+// (docs/NCCL-DROPIN.md); here both libraries run side by side on the
 // same GPU, stream and buffers, in alternating rounds, and a second NVIDIA
 // communicator gives the noise floor of the method in the same run.
 //
@@ -14,9 +14,9 @@
 // rotating per round).  The statistic is the median over rounds of the
 // paired difference drop-in - NCCL-A: pairing cancels what drifts between
 // rounds (clocks, the other libraries' state), the median ignores the rare
-// lucky or unlucky block that decides a best-of-N comparison (session 12:
+// lucky or unlucky block that decides a best-of-N comparison (on an H200,
 // best-of-60 moved cells by more than the bound in both directions, for
-// NVIDIA against itself too).  The bound of issue 16 (1 % at >= 1 MiB,
+// NVIDIA against itself too).  The drop-in's bound (1 % at >= 1 MiB,
 // 0.3 us below) is applied to that median, for the drop-in and the control.  A benchmark, not a test: exit 0 when the
 // drop-in is within the bound everywhere.  Built by tools/nccl-dropin-gpu.sh.
 #include <cuda_runtime.h>
