@@ -1,5 +1,5 @@
 /* flagcx public C API.  Names, values, argument order and struct layouts follow
- * FlagCX so that programs written for it compile unchanged (see API.md). */
+ * FlagCX so that programs written for it compile unchanged (docs/COMPATIBILITY.md lists what differs). */
 #ifndef FLAGCX_H_
 #define FLAGCX_H_
 
