@@ -24,9 +24,10 @@
 // (rank, channel*lanes + lane) in its hello.  Accepted connections run
 // their handshakes side by side (HandshakeQueue, src/rendezvous/socket.h),
 // so a foreign client that is silent, or stops part-way through its hello
-// or its proof, never delays the real ones; it is logged and dropped after
-// 10 s.  The listener is closed once every expected
-// connection has arrived.
+// or its proof, never delays the real ones; it is logged (by its address)
+// and dropped after 10 s, and at most 64 wait, on the caller's thread.  The
+// listener is closed once every expected connection has arrived, and the
+// handshakes still under way with it.
 #include "net/socket/socket_transport.h"
 
 #include <poll.h>
@@ -440,10 +441,10 @@ class SocketTransport final : public Transport {
       if (peers[i] < me) missing += static_cast<size_t>(nchannels * pairLanes[i]);
     HandshakeQueue queue(lfd, bs.secret(), kHelloKindTransport);
     while (missing > 0) {
-      int got = -1;
-      Hello h{};
-      FLAGCX_CHECK(queue.next(deadline, &got, &h));
-      if (got < 0) {  // the deadline
+      HandshakeQueue::Accepted a;
+      FLAGCX_CHECK(queue.next(deadline, &a));
+      const Hello &h = a.hello;
+      if (a.fd < 0) {  // the deadline
         std::string who;
         for (size_t i = 0; i < peers.size(); i++) {
           if (peers[i] >= me) continue;
@@ -457,13 +458,13 @@ class SocketTransport final : public Transport {
              me, who.c_str());
         return flagcxRemoteError;
       }
-      Fd fd(got);
+      Fd fd(a.fd);
       size_t i = std::find(peers.begin(), peers.end(), h.rank) - peers.begin();
       if (h.nranks != bs.nranks() || i == peers.size() || h.rank >= me || h.channel < 0 ||
           static_cast<size_t>(h.channel) >= (*fds)[i].size() ||
           (*fds)[i][static_cast<size_t>(h.channel)].get() >= 0) {
-        WARN(kNet, "socket rank %d: rejected an authenticated connection claiming rank %d channel %d (nranks %d): not expected",
-             me, h.rank, h.channel, h.nranks);
+        WARN(kNet, "socket rank %d: rejected an authenticated connection from %s claiming rank %d channel %d (nranks %d): not expected",
+             me, a.peer.c_str(), h.rank, h.channel, h.nranks);
         continue;  // fd closes here
       }
       (*fds)[i][static_cast<size_t>(h.channel)] = std::move(fd);

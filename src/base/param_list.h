@@ -25,7 +25,9 @@ X(DEBUG_FILE, Str, "", "write the log to this file instead of stderr; %h = host,
 X(DEVICE, Str, "auto", "device adapter: auto, host or cuda")
 
 // Bootstrap
-X(COMM_ID, Str, "", "host:port of the root; every rank derives the same unique id from it")
+X(COMM_ID, Str, "", "host:port of the root; every rank derives the same unique id from it (and from FLAGCX_COMM_SECRET)")
+X(COMM_SECRET, Str, "", "FLAGCX_COMM_ID jobs: shared secret, 16+ characters, equal on every rank; only holders join (unset: anyone who reaches the root's port can)")
+X(COMM_SECRET_FILE, Str, "", "FLAGCX_COMM_ID jobs: file holding the secret instead (regular file, mode 0600 or stricter, at most 4 KiB), kept out of command lines")
 X(SOCKET_IFNAME, Str, "", "network interfaces to use: prefix match, ^ to exclude, = for exact names")
 X(SOCKET_FAMILY, Str, "", "address family of the interface: AF_INET or AF_INET6 (empty: either)")
 XCHECK(SOCKET_FAMILY, "|AF_INET|AF_INET6")

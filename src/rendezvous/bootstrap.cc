@@ -1,178 +1,41 @@
+// The bootstrap network (bootstrap.h): joining at the root, each rank's
+// listener for its peers' connections, and the tagged messages over them.
 #include "rendezvous/bootstrap.h"
 
-#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <functional>
-#include <set>
-#include <map>
 #include <thread>
 
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "rendezvous/bootstrap_root.h"
 #include "rendezvous/uniqueid.h"
 
 namespace flagcx {
 
 namespace {
 
-struct RootReply {
-  uint32_t status;  // 0 ok, 1 failed (text follows)
-  char text[252];
-};
+constexpr uint32_t kHelloKindPeer = 2;
+// Bounds on what an authenticated peer can make this rank hold.  Every
+// message of the library's set-up is at most a few KiB per rank (addresses,
+// IPC handles, votes); a receive that matches its tag reads straight into
+// the caller's buffer and must have the caller's size.  Only messages that
+// arrive before their receive are kept, within these caps per peer.
+constexpr uint64_t kMaxMessage = 16u << 20;
+constexpr uint64_t kMaxEarlyBytes = 64u << 20;
+constexpr size_t kMaxEarlyMessages = 4096;
 
-// Authenticates accepted connections, each on its own short-lived thread, so
-// that a silent or hostile client can neither hold up the real ranks nor
-// delay a shutdown: stop() cuts every handshake still in progress.
-class Authenticator {
- public:
-  // `onHello` runs on the handshake thread after the proof checked out; it
-  // owns fd from then on.
-  using OnHello = std::function<void(int fd, const Hello &h)>;
-  Authenticator(const Secret &secret, uint32_t kind, OnHello onHello)
-      : secret_(secret), kind_(kind), onHello_(std::move(onHello)) {}
-  ~Authenticator() { stop(); }
-  void add(int fd) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (stopped_) {
-      close(fd);
-      return;
-    }
-    active_.insert(fd);
-    threads_.emplace_back([this, fd] {
-      Hello h{};
-      bool ok = serverHandshake(fd, secret_, kind_, &h, deadlineFromTimeout()) == flagcxSuccess;
-      {
-        std::lock_guard<std::mutex> lk2(mu_);
-        active_.erase(fd);
-        if (stopped_) ok = false;
-      }
-      if (ok) onHello_(fd, h);
-      else close(fd);
-    });
-  }
-  void stop() {
-    std::vector<std::thread> ts;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopped_ = true;
-      for (int fd : active_) shutdown(fd, SHUT_RDWR);
-      ts.swap(threads_);
-    }
-    for (auto &t : ts) t.join();
-  }
-
- private:
-  Secret secret_;
-  uint32_t kind_;
-  OnHello onHello_;
-  std::mutex mu_;
-  std::set<int> active_;
-  std::vector<std::thread> threads_;
-  bool stopped_ = false;
-};
-
-// The rendezvous server: started by flagcxGetUniqueId (or by rank 0 when the
-// id comes from FLAGCX_COMM_ID); serves one communicator, then exits.
-void rootMain(int listenFd, Secret secret) {
-  std::mutex mu;
-  std::map<int, int> fds;  // rank -> fd
-  std::vector<PeerInfo> infos;
-  int nranks = -1;
-  bool started = false;
-  Clock::time_point deadline = Clock::time_point::max();
-  WakeFd helloSeen;
-  auto reject = [](int fd, const char *fmt, int a, int b, int c) {
-    RootReply r{};
-    r.status = 1;
-    snprintf(r.text, sizeof(r.text), fmt, a, b, c);
-    sendAll(fd, &r, sizeof(r), Clock::now() + std::chrono::seconds(2));
-    close(fd);
-  };
-  Authenticator auth(secret, 1, [&](int fd, const Hello &h) {
-    PeerInfo pi;
-    if (recvAll(fd, &pi, sizeof(pi), Clock::now() + std::chrono::seconds(5)) != flagcxSuccess) {
-      close(fd);
-      return;
-    }
-    std::lock_guard<std::mutex> lk(mu);
-    if (!started) {
-      started = true;
-      nranks = h.nranks;
-      deadline = deadlineFromTimeout();
-      infos.assign(static_cast<size_t>(nranks > 0 ? nranks : 0), PeerInfo());
-    }
-    if (h.nranks != nranks || h.rank < 0 || h.rank >= nranks || fds.count(h.rank)) {
-      WARN(kBootstrap, "bootstrap root: rank %d (nranks %d) conflicts with this communicator "
-           "(nranks %d%s)", h.rank, h.nranks, nranks, fds.count(h.rank) ? ", rank taken" : "");
-      reject(fd, "rank %d/nranks %d conflicts with the communicator (nranks %d)", h.rank,
-             h.nranks, nranks);
-      return;
-    }
-    fds[h.rank] = fd;
-    infos[static_cast<size_t>(h.rank)] = pi;
-    helloSeen.signal();  // the loop below looks at complete() now
-  });
-  auto complete = [&] {
-    std::lock_guard<std::mutex> lk(mu);
-    return nranks >= 0 && static_cast<int>(fds.size()) >= nranks;
-  };
-  bool timedOut = false;
-  while (!complete()) {
-    int fd = -1;
-    if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd,
-                  helloSeen.fd()) != flagcxSuccess)
-      break;
-    helloSeen.drain();
-    if (fd >= 0) auth.add(fd);
-    std::lock_guard<std::mutex> lk(mu);
-    if (started && Clock::now() >= deadline) {
-      timedOut = true;
-      break;
-    }
-  }
-  close(listenFd);
-  auth.stop();
-  std::lock_guard<std::mutex> lk(mu);
-  if (timedOut || static_cast<int>(fds.size()) < nranks) {
-    std::string missing;
-    for (int r = 0; r < nranks; r++)
-      if (!fds.count(r)) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-    WARN(kBootstrap, "bootstrap root: rank(s) %s never arrived within FLAGCX_TIMEOUT=%lds",
-         missing.c_str(), static_cast<long>(paramInt(Param::TIMEOUT)));
-    RootReply r{};
-    r.status = 1;
-    snprintf(r.text, sizeof(r.text), "rank(s) %s never arrived at the bootstrap root within FLAGCX_TIMEOUT",
-             missing.c_str());
-    auto dl = Clock::now() + std::chrono::seconds(2);
-    for (auto &[rk, fd] : fds) {
-      sendAll(fd, &r, sizeof(r), dl);
-      close(fd);
-    }
-    return;
-  }
-  RootReply ok{};
-  auto dl = deadlineFromTimeout();
-  for (auto &[rk, fd] : fds) {
-    if (sendAll(fd, &ok, sizeof(ok), dl) == flagcxSuccess)
-      sendAll(fd, infos.data(), infos.size() * sizeof(PeerInfo), dl);
-    close(fd);
-  }
+// What the log calls the secret of a communicator made from `id`.
+const char *secretNameOf(const DecodedId &id) {
+  return id.fromEnv ? "the secret of FLAGCX_COMM_ID (FLAGCX_COMM_SECRET)" : "the unique id's secret";
 }
 
 }  // namespace
-
-flagcxResult_t startBootstrapRoot(SockAddr *addr, const Secret &secret) {
-  int fd = -1;
-  FLAGCX_CHECK(listenOn(addr, &fd));
-  std::thread(rootMain, fd, secret).detach();
-  return flagcxSuccess;
-}
 
 struct Bootstrap::Impl {
   int listenFd = -1;
@@ -182,43 +45,47 @@ struct Bootstrap::Impl {
     uint32_t tag;
     std::vector<char> data;
   };
-  std::vector<std::deque<Msg>> unexpected;
+  std::vector<std::deque<Msg>> unexpected;  // per peer: arrived before their recv
+  std::vector<uint64_t> unexpectedBytes;
   std::mutex mu;
   std::atomic<bool> aborted{false};
   std::atomic<bool> stop{false};
   WakeFd stopping;  // signalled with `stop`: the acceptor leaves at once
   std::thread acceptor;
   Secret secret{};
+  const char *secretName = "";
   int rank = 0, nranks = 0;
 
-  // Peers connect whenever they first send to us: a small thread accepts
-  // them and the authenticator checks each on its own thread, so a send
-  // never waits for the receiver to call recv and a stranger cannot stall
-  // anyone.  Connections without the secret are dropped (and logged).
-  std::unique_ptr<Authenticator> auth;
+  // Peers connect whenever they first send to us, so a send never waits
+  // for the receiver to call recv.  One thread runs every handshake side by
+  // side (HandshakeQueue: bounded in number and time, no thread or buffer
+  // per connection); strangers are dropped and logged, and so is an
+  // authenticated connection no slot is free for.
   void acceptLoop() {
+    HandshakeQueue queue(listenFd, secret, kHelloKindPeer, secretName);
     while (!stop.load()) {
-      int fd = -1;
-      if (acceptOne(listenFd, Clock::now() + std::chrono::milliseconds(100), &fd,
-                    stopping.fd()) != flagcxSuccess)
-        return;
-      if (fd >= 0) auth->add(fd);
+      HandshakeQueue::Accepted a;
+      if (queue.next(Clock::time_point::max(), &a, stopping.fd()) != flagcxSuccess) return;
+      if (a.fd >= 0) registerPeer(a);
     }
   }
-  void registerPeer(int fd, const Hello &h) {
+  void registerPeer(const HandshakeQueue::Accepted &a) {
+    const Hello &h = a.hello;
     std::lock_guard<std::mutex> lk(mu);
-    if (h.rank < 0 || h.rank >= nranks || in[static_cast<size_t>(h.rank)] >= 0) {
-      close(fd);
+    bool fits = h.nranks == nranks && h.rank >= 0 && h.rank < nranks && h.rank != rank;
+    if (!fits || in[static_cast<size_t>(h.rank)] >= 0) {
+      WARN(kBootstrap, "rank %d: bootstrap refused %s claiming rank %d of %d: %s", rank,
+           a.peer.c_str(), h.rank, h.nranks, fits ? "that rank is connected already" : "no such peer");
+      close(a.fd);
       return;
     }
-    in[static_cast<size_t>(h.rank)] = fd;
+    in[static_cast<size_t>(h.rank)] = a.fd;
   }
 
   ~Impl() {
     stop = true;
     stopping.signal();
     if (acceptor.joinable()) acceptor.join();
-    if (auth) auth->stop();
     for (int fd : out)
       if (fd >= 0) close(fd);
     for (int fd : in)
@@ -235,50 +102,32 @@ struct MsgHeader {
 
 Bootstrap::~Bootstrap() = default;
 
-flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
-                                 const PeerInfo &selfIn, std::unique_ptr<Bootstrap> *out) {
-  DecodedId did;
-  FLAGCX_CHECK(decodeUniqueId(id, &did));
-  if (did.fromEnv && rank == 0) {
-    // FLAGCX_COMM_ID: rank 0 runs the root at the named address.
-    SockAddr a = did.root;
-    if (startBootstrapRoot(&a, did.secret) != flagcxSuccess) {
-      WARN(kBootstrap, "rank 0 cannot start the bootstrap root at FLAGCX_COMM_ID=%s",
-           did.root.str().c_str());
-      return flagcxSystemError;
-    }
-  }
-  std::unique_ptr<Bootstrap> bs(new Bootstrap());
-  bs->impl_ = std::make_unique<Impl>();
-  Impl &im = *bs->impl_;
-  bs->rank_ = rank;
-  bs->nranks_ = nranks;
-  bs->secret_ = did.secret;
-  im.secret = did.secret;
-  im.rank = rank;
-  im.nranks = nranks;
-  im.out.assign(static_cast<size_t>(nranks), -1);
-  im.in.assign(static_cast<size_t>(nranks), -1);
-  im.unexpected.resize(static_cast<size_t>(nranks));
+namespace {
 
-  PeerInfo self = selfIn;
-  // Listen on the same family as the root so every rank can reach us.
-  SockAddr local;
-  std::string ifname;
-  FLAGCX_CHECK(findLocalAddress(&local, &ifname));
-  FLAGCX_CHECK(listenOn(&local, &im.listenFd));
-  self.bootAddr = local;
-  INFO(kBootstrap | kInit, "rank %d bootstrap listens on %s (%s)", rank, local.str().c_str(),
-       ifname.c_str());
+// The root's table comes from ranks that proved the secret; still, what is
+// used as a C string or an address is made safe to use.
+bool usablePeer(PeerInfo *p) {
+  p->host[sizeof p->host - 1] = '\0';
+  int fam = p->bootAddr.u.sa.sa_family;
+  uint32_t want = fam == AF_INET ? sizeof(sockaddr_in) : fam == AF_INET6 ? sizeof(sockaddr_in6) : 0;
+  return want != 0 && p->bootAddr.len == want && p->bootAddr.port() != 0;
+}
 
+// Joins the communicator at its root: proves the secret, sends this rank's
+// PeerInfo, and reads every rank's.
+flagcxResult_t joinRoot(const DecodedId &did, int rank, int nranks, const PeerInfo &self,
+                        std::vector<PeerInfo> *peers) {
   auto deadline = deadlineFromTimeout();
   int rootFd = -1;
   if (connectTo(did.root, deadline, &rootFd) != flagcxSuccess) {
     WARN(kBootstrap, "rank %d cannot reach the bootstrap root %s", rank, did.root.str().c_str());
     return flagcxRemoteError;
   }
-  Hello h{kHelloMagic, 1, rank, 0, nranks};
+  Hello h{kHelloMagic, kHelloKindRoot, rank, 0, nranks};
   flagcxResult_t res = clientHandshake(rootFd, did.secret, h, deadline);
+  if (res != flagcxSuccess && did.fromEnv)
+    WARN(kBootstrap, "rank %d: the bootstrap root %s refused this rank's proof: every rank of a "
+         "FLAGCX_COMM_ID job needs the same FLAGCX_COMM_SECRET", rank, did.root.str().c_str());
   if (res == flagcxSuccess) res = sendAll(rootFd, &self, sizeof(self), deadline);
   RootReply reply{};
   // The root answers once all ranks arrived, or after its own timeout; allow
@@ -297,16 +146,71 @@ flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
     WARN(kBootstrap, "rank %d: bootstrap failed: %s", rank, reply.text);
     return flagcxRemoteError;
   }
-  im.auth = std::make_unique<Authenticator>(
-      im.secret, 2, [&im](int fd, const Hello &h) { im.registerPeer(fd, h); });
-  im.acceptor = std::thread([&im] { im.acceptLoop(); });
-  bs->peers_.resize(static_cast<size_t>(nranks));
-  res = recvAll(rootFd, bs->peers_.data(), bs->peers_.size() * sizeof(PeerInfo), deadline);
+  peers->resize(static_cast<size_t>(nranks));
+  res = recvAll(rootFd, peers->data(), peers->size() * sizeof(PeerInfo), deadline);
   close(rootFd);
   if (res != flagcxSuccess) {
     WARN(kBootstrap, "rank %d: lost the bootstrap root while reading the rank table", rank);
     return flagcxRemoteError;
   }
+  for (size_t r = 0; r < peers->size(); r++) {
+    if (!usablePeer(&(*peers)[r])) {
+      WARN(kBootstrap, "rank %d: the bootstrap root's table has no usable address for rank %zu",
+           rank, r);
+      return flagcxRemoteError;
+    }
+  }
+  return flagcxSuccess;
+}
+
+}  // namespace
+
+flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
+                                 const PeerInfo &selfIn, std::unique_ptr<Bootstrap> *out) {
+  DecodedId did;
+  FLAGCX_CHECK(decodeUniqueId(id, &did));
+  if (did.fromEnv && rank == 0) {
+    // FLAGCX_COMM_ID: rank 0 runs the root at the named address.
+    if (!did.keyed)
+      WARN(kBootstrap, "FLAGCX_COMM_ID=%s without FLAGCX_COMM_SECRET: this job's key comes from "
+           "the address alone, so anyone who can reach %s can join it as a rank; set "
+           "FLAGCX_COMM_SECRET (or FLAGCX_COMM_SECRET_FILE) to one random value on every rank",
+           did.root.str().c_str(), did.root.str().c_str());
+    SockAddr a = did.root;
+    if (startBootstrapRoot(&a, did.secret, secretNameOf(did)) != flagcxSuccess) {
+      WARN(kBootstrap, "rank 0 cannot start the bootstrap root at FLAGCX_COMM_ID=%s",
+           did.root.str().c_str());
+      return flagcxSystemError;
+    }
+  }
+  std::unique_ptr<Bootstrap> bs(new Bootstrap());
+  bs->impl_ = std::make_unique<Impl>();
+  Impl &im = *bs->impl_;
+  bs->rank_ = rank;
+  bs->nranks_ = nranks;
+  bs->secret_ = did.secret;
+  im.secret = did.secret;
+  im.secretName = secretNameOf(did);
+  im.rank = rank;
+  im.nranks = nranks;
+  im.out.assign(static_cast<size_t>(nranks), -1);
+  im.in.assign(static_cast<size_t>(nranks), -1);
+  im.unexpected.resize(static_cast<size_t>(nranks));
+  im.unexpectedBytes.assign(static_cast<size_t>(nranks), 0);
+
+  PeerInfo self = selfIn;
+  // Listen on the same family as the root so every rank can reach us.
+  SockAddr local;
+  std::string ifname;
+  FLAGCX_CHECK(findLocalAddress(&local, &ifname));
+  FLAGCX_CHECK(listenOn(&local, &im.listenFd));
+  self.bootAddr = local;
+  INFO(kBootstrap | kInit, "rank %d bootstrap listens on %s (%s)", rank, local.str().c_str(),
+       ifname.c_str());
+  // Peers connect once they have the table, which may be before this rank
+  // reads its own copy.
+  im.acceptor = std::thread([&im] { im.acceptLoop(); });
+  FLAGCX_CHECK(joinRoot(did, rank, nranks, self, &bs->peers_));
   *out = std::move(bs);
   return flagcxSuccess;
 }
@@ -324,7 +228,7 @@ flagcxResult_t Bootstrap::send(int peer, uint32_t tag, const void *data, size_t 
       fd = -1;
       return flagcxRemoteError;
     }
-    Hello h{kHelloMagic, 2, rank_, 0, nranks_};
+    Hello h{kHelloMagic, kHelloKindPeer, rank_, 0, nranks_};
     if (clientHandshake(fd, secret_, h, deadline) != flagcxSuccess) {
       close(fd);
       fd = -1;
@@ -354,30 +258,17 @@ flagcxResult_t Bootstrap::recv(int peer, uint32_t tag, void *data, size_t size) 
     return flagcxSuccess;
   };
   auto &q = im.unexpected[static_cast<size_t>(peer)];
+  uint64_t &held = im.unexpectedBytes[static_cast<size_t>(peer)];
   for (auto it = q.begin(); it != q.end(); ++it) {
     if (it->tag == tag) {
       flagcxResult_t r = deliver(it->data);
+      held -= it->data.size();
       q.erase(it);
       return r;
     }
   }
-  // Wait for the peer's connection (the acceptor thread registers it).
   int fd = -1;
-  Backoff wait;
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lk(im.mu);
-      fd = im.in[static_cast<size_t>(peer)];
-    }
-    if (fd >= 0) break;
-    if (im.aborted) return flagcxRemoteError;
-    if (Clock::now() >= deadline) {
-      WARN(kBootstrap, "rank %d: rank %d (%s) never connected within FLAGCX_TIMEOUT", rank_, peer,
-           pi.host);
-      return flagcxRemoteError;
-    }
-    wait.idle();
-  }
+  FLAGCX_CHECK(waitForPeer(peer, deadline, &fd));
   while (true) {
     if (im.aborted) return flagcxRemoteError;
     MsgHeader mh{};
@@ -386,19 +277,53 @@ flagcxResult_t Bootstrap::recv(int peer, uint32_t tag, void *data, size_t size) 
            "FLAGCX_TIMEOUT expired", rank_, peer, pi.host);
       return flagcxRemoteError;
     }
-    if (mh.size > (1ull << 30)) {
-      WARN(kBootstrap, "rank %d: malformed bootstrap message from rank %d (size %llu)", rank_,
-           peer, static_cast<unsigned long long>(mh.size));
-      return flagcxRemoteError;
+    // The header is checked before anything is allocated for its payload.
+    const bool mine = mh.tag == tag;
+    const char *bad = mine ? (mh.size != size ? "not the size of the receive for its tag" : nullptr)
+                      : mh.size > kMaxMessage ? "larger than any set-up message"
+                      : q.size() >= kMaxEarlyMessages || held + mh.size > kMaxEarlyBytes
+                          ? "beyond what may wait for its receive"
+                          : nullptr;
+    if (bad) {
+      WARN(kBootstrap, "rank %d: bootstrap message from rank %d (%s) with tag %u and %llu bytes "
+           "is %s (waiting for tag %u, %zu bytes; %zu message(s), %llu bytes held)", rank_, peer,
+           pi.host, mh.tag, static_cast<unsigned long long>(mh.size), bad, tag, size, q.size(),
+           static_cast<unsigned long long>(held));
+      shutdown(fd, SHUT_RDWR);  // its payload is not read: nothing after it can be
+      return mine ? flagcxInternalError : flagcxRemoteError;
     }
-    std::vector<char> bytes(mh.size);
-    if (mh.size && recvAll(fd, bytes.data(), mh.size, deadline) != flagcxSuccess) {
+    void *dst = data;
+    if (!mine) {
+      q.push_back({mh.tag, std::vector<char>(mh.size)});
+      held += mh.size;
+      dst = q.back().data.data();
+    }
+    if (mh.size && recvAll(fd, dst, mh.size, deadline) != flagcxSuccess) {
       WARN(kBootstrap, "rank %d: bootstrap receive from rank %d (%s) broke off", rank_, peer,
            pi.host);
       return flagcxRemoteError;
     }
-    if (mh.tag == tag) return deliver(bytes);
-    q.push_back({mh.tag, std::move(bytes)});
+    if (mine) return flagcxSuccess;
+  }
+}
+
+// The connection rank `peer` opened to this one (the acceptor registers it).
+flagcxResult_t Bootstrap::waitForPeer(int peer, Clock::time_point deadline, int *fd) {
+  Impl &im = *impl_;
+  Backoff wait;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lk(im.mu);
+      *fd = im.in[static_cast<size_t>(peer)];
+    }
+    if (*fd >= 0) return flagcxSuccess;
+    if (im.aborted) return flagcxRemoteError;
+    if (Clock::now() >= deadline) {
+      WARN(kBootstrap, "rank %d: rank %d (%s) never connected within FLAGCX_TIMEOUT", rank_, peer,
+           peers_[static_cast<size_t>(peer)].host);
+      return flagcxRemoteError;
+    }
+    wait.idle();
   }
 }
 

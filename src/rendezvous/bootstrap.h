@@ -52,7 +52,9 @@ class Bootstrap {
   const Secret &secret() const { return secret_; }
 
   // Tagged point-to-point: a recv takes the oldest message from `peer` with
-  // `tag` and requires its size to equal `size`.
+  // `tag` and requires its size to equal `size`.  Messages that arrive
+  // before their recv wait, up to 16 MiB each and 64 MiB or 4096 messages
+  // per peer; beyond that the peer's connection fails.
   flagcxResult_t send(int peer, uint32_t tag, const void *data, size_t size);
   flagcxResult_t recv(int peer, uint32_t tag, void *data, size_t size);
   // data holds nranks slots of `size` bytes; slot rank() is this rank's.
@@ -64,6 +66,7 @@ class Bootstrap {
 
  private:
   Bootstrap() = default;
+  flagcxResult_t waitForPeer(int peer, Clock::time_point deadline, int *fd);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, nranks_ = 0;

@@ -13,8 +13,14 @@
 namespace flagcx {
 
 namespace {
+// A real peer is through its handshake in a few round trips; 10 s leaves a
+// loaded host ample room while a stranger holds a slot for little time.
+// Independent of FLAGCX_TIMEOUT, which may be minutes.
 constexpr auto kPatience = std::chrono::seconds(10);
+// Handshakes under way at once: 64 fds and about 64 x 300 bytes.
 constexpr size_t kMaxWaiting = 64;
+// Connections accepted per pass before the handshakes get their turn.
+constexpr int kAcceptsPerPass = 16;
 // Poll slice: how late a handshake past its patience can be dropped.
 constexpr auto kSlice = std::chrono::milliseconds(200);
 }  // namespace
@@ -26,8 +32,9 @@ struct HandshakeQueue::Waiting {
 };
 
 HandshakeQueue::HandshakeQueue(int listenFd, const Secret &secret, uint32_t expectKind,
-                               const char *secretName)
-    : listenFd_(listenFd), secret_(secret), kind_(expectKind), secretName_(secretName) {}
+                               const char *secretName, size_t trailerLen)
+    : listenFd_(listenFd), secret_(secret), kind_(expectKind), secretName_(secretName),
+      trailerLen_(trailerLen) {}
 
 HandshakeQueue::~HandshakeQueue() {
   for (auto &w : waiting_) close(w->fd);
@@ -39,8 +46,29 @@ void HandshakeQueue::drop(size_t i, bool log) {
   waiting_.erase(waiting_.begin() + static_cast<long>(i));
 }
 
+// A new connection takes a slot; when all are taken, the one that got least
+// far (the oldest of those) gives up its own.
+void HandshakeQueue::admit(int fd) {
+  if (waiting_.size() >= kMaxWaiting) {
+    size_t victim = 0;
+    for (size_t i = 1; i < waiting_.size(); i++)
+      if (waiting_[i]->hs.progress() < waiting_[victim]->hs.progress()) victim = i;
+    drop(victim, true);
+  }
+  waiting_.push_back(std::unique_ptr<Waiting>(new Waiting{
+      fd, Clock::now(), ServerHandshake(fd, secret_, kind_, secretName_, trailerLen_)}));
+}
+
 flagcxResult_t HandshakeQueue::next(Clock::time_point until, int *fd, Hello *hello, int wakeFd) {
-  *fd = -1;
+  Accepted a;
+  flagcxResult_t rc = next(until, &a, wakeFd);
+  *fd = a.fd;
+  if (a.fd >= 0) *hello = a.hello;
+  return rc;
+}
+
+flagcxResult_t HandshakeQueue::next(Clock::time_point until, Accepted *out, int wakeFd) {
+  out->fd = -1;
   std::vector<pollfd> pf;
   for (;;) {
     auto now = Clock::now();
@@ -69,19 +97,20 @@ flagcxResult_t HandshakeQueue::next(Clock::time_point until, int *fd, Hello *hel
         drop(i, false);
         continue;
       }
-      *hello = waiting_[i]->hs.hello();
-      *fd = waiting_[i]->fd;
+      Waiting &w = *waiting_[i];
+      out->fd = w.fd;
+      out->hello = w.hs.hello();
+      out->peer = w.hs.peer();
+      out->trailer = w.hs.trailer();
       waiting_.erase(waiting_.begin() + static_cast<long>(i));
       return flagcxSuccess;
     }
     if (pf[0].revents == 0) continue;
-    for (;;) {  // the whole backlog
+    for (int n = 0; n < kAcceptsPerPass; n++) {  // the rest of the backlog waits for the next pass
       int s = -1;
       FLAGCX_CHECK(acceptOne(listenFd_, Clock::now(), &s));
       if (s < 0) break;
-      if (waiting_.size() >= kMaxWaiting) drop(0, true);
-      waiting_.push_back(std::unique_ptr<Waiting>(
-          new Waiting{s, Clock::now(), ServerHandshake(s, secret_, kind_, secretName_)}));
+      admit(s);
     }
   }
 }

@@ -1,3 +1,6 @@
+// Sockets for the bootstrap and the transports: addresses and interface
+// choice, the MAC, listening, connecting and accepting, exact-length I/O
+// with deadlines.  The handshake is in handshake.cc.
 #include "rendezvous/socket.h"
 
 #include <arpa/inet.h>
@@ -13,7 +16,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -44,6 +49,36 @@ int SockAddr::port() const {
 void SockAddr::setPort(int p) {
   if (u.sa.sa_family == AF_INET) u.in4.sin_port = htons(static_cast<uint16_t>(p));
   if (u.sa.sa_family == AF_INET6) u.in6.sin6_port = htons(static_cast<uint16_t>(p));
+}
+
+std::string peerOf(int fd) {
+  sockaddr_storage from{};
+  socklen_t fl = sizeof(from);
+  if (getpeername(fd, reinterpret_cast<sockaddr *>(&from), &fl) != 0) return "?";
+  SockAddr peer;
+  memcpy(&peer.u, &from, std::min<size_t>(fl, sizeof(peer.u)));
+  peer.len = fl;
+  return peer.str();
+}
+
+bool strangerLogAllowed(uint64_t *skipped) {
+  constexpr double kBurst = 20, kPerSec = 1;
+  static std::mutex mu;
+  static double tokens = kBurst;
+  static Clock::time_point last = Clock::now();
+  static uint64_t left = 0;
+  std::lock_guard<std::mutex> lk(mu);
+  auto now = Clock::now();
+  tokens = std::min(kBurst, tokens + kPerSec * std::chrono::duration<double>(now - last).count());
+  last = now;
+  if (tokens < 1) {
+    left++;
+    return false;
+  }
+  tokens -= 1;
+  *skipped = left;
+  left = 0;
+  return true;
 }
 
 bool parseHostPort(const std::string &s, SockAddr *out) {
@@ -277,8 +312,21 @@ flagcxResult_t acceptOne(int listenFd, Clock::time_point deadline, int *fd, int 
       *fd = s;
       return flagcxSuccess;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-      WARN(kBootstrap, "accept failed: %s", strerror(errno));
+    int err = errno;
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      // The connection stays in the backlog; the next poll sees it again.
+      static std::atomic<int64_t> lastWarn{0};
+      int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                        Clock::now().time_since_epoch()).count();
+      if (lastWarn.exchange(now) != now)
+        WARN(kBootstrap, "accept on fd %d: %s; connections wait in the backlog", listenFd,
+             strerror(err));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return flagcxSuccess;
+    }
+    if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR && err != ECONNABORTED &&
+        err != EPROTO && err != EPERM) {
+      WARN(kBootstrap, "accept failed: %s", strerror(err));
       return flagcxSystemError;
     }
     if (Clock::now() >= deadline) return flagcxSuccess;
@@ -351,133 +399,6 @@ flagcxResult_t recvAll(int fd, void *buf, size_t len, Clock::time_point deadline
     return flagcxRemoteError;
   }
   return flagcxSuccess;
-}
-
-namespace {
-struct Proof {
-  uint8_t nonce[16];
-  Hello hello;
-};
-}  // namespace
-
-flagcxResult_t clientHandshake(int fd, const Secret &secret, const Hello &hello,
-                               Clock::time_point deadline) {
-  FLAGCX_CHECK(sendAll(fd, &hello, sizeof(hello), deadline));
-  Proof pr{};
-  if (recvAll(fd, pr.nonce, sizeof(pr.nonce), deadline) != flagcxSuccess) {
-    WARN(kBootstrap, "handshake: peer closed before sending its nonce (wrong secret or peer gone)");
-    return flagcxRemoteError;
-  }
-  pr.hello = hello;
-  uint64_t mac = macOf(secret, &pr, sizeof(pr));
-  FLAGCX_CHECK(sendAll(fd, &mac, sizeof(mac), deadline));
-  uint8_t ok = 0;
-  if (recvAll(fd, &ok, 1, deadline) != flagcxSuccess || ok != 1) {
-    WARN(kBootstrap, "handshake rejected by peer (does it hold the same unique id?)");
-    return flagcxRemoteError;
-  }
-  return flagcxSuccess;
-}
-
-namespace {
-std::string peerOf(int fd) {
-  sockaddr_storage from{};
-  socklen_t fl = sizeof(from);
-  if (getpeername(fd, reinterpret_cast<sockaddr *>(&from), &fl) != 0) return "?";
-  SockAddr peer;
-  memcpy(&peer.u, &from, std::min<size_t>(fl, sizeof(peer.u)));
-  peer.len = fl;
-  return peer.str();
-}
-}  // namespace
-
-ServerHandshake::ServerHandshake(int fd, const Secret &secret, uint32_t expectKind,
-                                 const char *secretName)
-    : fd_(fd), secret_(secret), kind_(expectKind), secretName_(secretName) {}
-
-short ServerHandshake::events() const {
-  return phase_ == Phase::Nonce || phase_ == Phase::Ok ? POLLOUT : POLLIN;
-}
-
-flagcxResult_t ServerHandshake::reject(const char *why) const {
-  WARN(kBootstrap, "rejected a connection from %s: %s", peerOf(fd_).c_str(), why);
-  return flagcxRemoteError;
-}
-
-flagcxResult_t ServerHandshake::rejectProof(const char *how) const {
-  WARN(kBootstrap, "rejected a connection from %s: it did not prove %s%s", peerOf(fd_).c_str(),
-       secretName_, how);
-  return flagcxRemoteError;
-}
-
-void ServerHandshake::giveUp() const {
-  if (phase_ == Phase::Hello) (void)reject("bad hello (incomplete)");
-  else (void)rejectProof(" (no answer)");
-}
-
-flagcxResult_t ServerHandshake::step() {
-  static const uint8_t kOk = 1;
-  for (;;) {
-    char *buf = nullptr;
-    size_t len = 0;
-    bool out = false;
-    switch (phase_) {
-      case Phase::Hello: buf = reinterpret_cast<char *>(&hello_), len = sizeof hello_; break;
-      case Phase::Nonce: buf = reinterpret_cast<char *>(nonce_), len = sizeof nonce_, out = true; break;
-      case Phase::Mac: buf = reinterpret_cast<char *>(&mac_), len = sizeof mac_; break;
-      case Phase::Ok: buf = const_cast<char *>(reinterpret_cast<const char *>(&kOk)), len = 1, out = true; break;
-      case Phase::Done: return flagcxSuccess;
-    }
-    while (done_ < len) {
-      ssize_t n = out ? send(fd_, buf + done_, len - done_, MSG_DONTWAIT | MSG_NOSIGNAL)
-                      : recv(fd_, buf + done_, len - done_, MSG_DONTWAIT);
-      if (n > 0) {
-        done_ += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return flagcxInProgress;
-      const char *how = n == 0 ? " (it closed the connection)" : "";
-      if (phase_ != Phase::Hello) return rejectProof(how);
-      return reject(n == 0 ? "it closed the connection before a whole hello" : "bad hello");
-    }
-    done_ = 0;
-    switch (phase_) {
-      case Phase::Hello:
-        if (hello_.magic != kHelloMagic || hello_.kind != kind_) return reject("bad hello");
-        randomBytes(nonce_, sizeof nonce_);
-        phase_ = Phase::Nonce;
-        break;
-      case Phase::Nonce: phase_ = Phase::Mac; break;
-      case Phase::Mac: {
-        Proof pr{};
-        memcpy(pr.nonce, nonce_, sizeof nonce_);
-        pr.hello = hello_;
-        if (mac_ != macOf(secret_, &pr, sizeof pr)) return rejectProof("");
-        phase_ = Phase::Ok;
-        break;
-      }
-      case Phase::Ok: phase_ = Phase::Done; break;
-      case Phase::Done: break;
-    }
-  }
-}
-
-flagcxResult_t serverHandshake(int fd, const Secret &secret, uint32_t expectKind, Hello *hello,
-                               Clock::time_point deadline) {
-  // A foreign client gets at most a short time to prove itself.
-  auto shortDeadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-  ServerHandshake hs(fd, secret, expectKind);
-  for (;;) {
-    flagcxResult_t rc = hs.step();
-    if (rc == flagcxSuccess) *hello = hs.hello();
-    if (rc != flagcxInProgress) return rc;
-    if (Clock::now() >= shortDeadline) {
-      hs.giveUp();
-      return flagcxRemoteError;
-    }
-    pollfd pf{fd, hs.events(), 0};
-    poll(&pf, 1, msLeft(shortDeadline));
-  }
 }
 
 }  // namespace flagcx

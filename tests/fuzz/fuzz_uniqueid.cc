@@ -22,7 +22,7 @@ static void roundTrip(const DecodedId &d) {
   encodeUniqueId(d, &again);
   DecodedId d2;
   if (decodeUniqueId(again, &d2) != flagcxSuccess) __builtin_trap();
-  if (d2.root.len != d.root.len || d2.secret != d.secret || d2.fromEnv != d.fromEnv ||
+  if (d2.root.len != d.root.len || d2.secret != d.secret || d2.fromEnv != d.fromEnv || d2.keyed != d.keyed ||
       memcmp(&d2.root.u, &d.root.u, sizeof d.root.u) != 0)
     __builtin_trap();
   (void)d2.root.str();
@@ -43,7 +43,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(&d.root.u, raw, sizeof raw);
     d.root.len = in.u32();
     for (auto &b : d.secret) b = in.byte();
-    d.fromEnv = in.byte() & 1;
+    uint8_t flags = in.byte();
+    d.fromEnv = flags & 1;
+    d.keyed = d.fromEnv && (flags & 2);
     encodeUniqueId(d, &id);
   }
   DecodedId out;

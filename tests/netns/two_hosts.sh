@@ -23,6 +23,8 @@ for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
 ip -n "$nsA" link set "${tag}0" up
 ip -n "$nsB" link set "${tag}1" up
 export FLAGCX_COMM_ID="[fd7e:ec::1]:29517" FLAGCX_SOCKET_FAMILY=AF_INET6 FLAGCX_TIMEOUT=30
+FLAGCX_COMM_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export FLAGCX_COMM_SECRET
 export FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=INIT
 logA=$(mktemp) logB=$(mktemp)
 ip netns exec "$nsA" unshare -u sh -c "hostname hosta-$tag; exec '$bin' 0" >"$logA" 2>&1 &

@@ -12,21 +12,12 @@
 #include "tests/common/harness.h"
 #include "rendezvous/socket.h"
 #include "rendezvous/uniqueid.h"
+#include "tests/common/hostile.h"
 #include "tests/common/inspect.h"
 
 namespace {
 
 using flagcx::Clock;
-
-int connectAddr(const flagcx::SockAddr &a) {
-  int fd = socket(a.u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (connect(fd, &a.u.sa, a.len) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 void sendBytes(int fd, const void *p, size_t n) {
   // Best effort: the server may close on us half way.
@@ -35,19 +26,6 @@ void sendBytes(int fd, const void *p, size_t n) {
     if (k <= 0) return;
     p = static_cast<const char *>(p) + k;
     n -= static_cast<size_t>(k);
-  }
-}
-
-// Was the connection closed by the other side (EOF or reset) within `ms`?
-bool closedByPeer(int fd, int ms) {
-  timeval tv{ms / 1000, (ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  char buf[256];
-  for (;;) {
-    ssize_t k = recv(fd, buf, sizeof buf, 0);
-    if (k == 0) return true;
-    if (k < 0) return errno == ECONNRESET || errno == EPIPE;
-    // A nonce or a reply byte: keep reading until it closes.
   }
 }
 
@@ -94,7 +72,7 @@ bool intrude(int fd, Attack a, uint32_t kind, int claimRank, int nranks, std::mt
       break;
     }
   }
-  return closedByPeer(fd, 3000);
+  return hostile::refused(fd, 3000);
 }
 
 struct Shared {
@@ -181,7 +159,7 @@ TEST(WrongSecret, JobSurvivesForeignConnections) {
       std::mt19937 g(7);
       for (Attack a : {Attack::Garbage, Attack::BadMagic, Attack::WrongSecret, Attack::WrongKind,
                        Attack::Truncated}) {
-        int fd = connectAddr(d.root);
+        int fd = hostile::dial(d.root);
         RANK_CHECK(fd >= 0, "cannot reach the root at %s", d.root.str().c_str());
         sh->rootAttempted++;
         if (intrude(fd, a, 1, 0, nranks, g)) sh->rootRejected++;
@@ -241,7 +219,7 @@ TEST(WrongSecret, SilentConnectionsDoNotStallInit) {
       RANK_OK(flagcx::decodeUniqueId(*id, &d));
       // Two strangers connect to the root and hold their connections open.
       for (int i = 0; i < 2; i++) {
-        int fd = connectAddr(d.root);
+        int fd = hostile::dial(d.root);
         RANK_CHECK(fd >= 0, "cannot reach the root");
         silent.push_back(fd);
       }

@@ -21,7 +21,7 @@ static void printEnv() {
     Param p = static_cast<Param>(i);
     const ParamInfo &pi = paramInfo(p);
     std::string val = paramIsSet(p) ? paramStr(p) : "(default)";
-    if (p == Param::P2P_SECRET && paramIsSet(p)) val = "(set, not shown)";
+    if ((p == Param::P2P_SECRET || p == Param::COMM_SECRET) && paramIsSet(p)) val = "(set, not shown)";
     const char *def = strcmp(pi.kind, "Ack") == 0 ? "(no effect)" : *pi.def ? pi.def : "\"\"";
     printf("%-32s %-16s %-16s %s\n", pi.name, val.c_str(), def, pi.doc);
   }
