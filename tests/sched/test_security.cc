@@ -247,3 +247,113 @@ return { name = 'ok', op = 'allreduce', chunks = 1,
   EXPECT_TRUE(verifyScript(*s, Topo{1, 1}, &err)) << err;
 }
 
+namespace {
+
+// What stands where a configuration or script file is expected, and what
+// the refusal says about it.
+struct BadFile {
+  std::string path;
+  const char *says;
+};
+
+std::vector<BadFile> badFiles(const TempDir &d) {
+  std::string fifo = (d.path / "fifo").string();
+  std::string dir = (d.path / "dir").string();
+  std::string big = (d.path / "big").string();
+  EXPECT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(dir);
+  std::ofstream(big).close();
+  fs::resize_file(big, (16u << 20) + 1);  // sparse: no disk, no time
+  return {{"/dev/zero", "a character device, not a regular file"},
+          {dir, "a directory, not a regular file"},
+          {fifo, "a FIFO, not a regular file"},
+          {big, "16777217 bytes, more than the 16 MiB"}};
+}
+
+}  // namespace
+
+TEST(SecurityFiles, TuningFilesMustBeRegularAndBounded) {
+  TempDir d;
+  for (const BadFile &f : badFiles(d)) {
+    for (const char *var : {"FLAGCX_TUNING_FILE", "FLAGCX_TUNING_POLICY"}) {
+      harness::ChildResult r = harness::inChild([&] {
+        Env env;
+        return initError(env, var, f.path);
+      });
+      EXPECT_TRUE(r.clean) << var << "=" << f.path << ": the child " << r.how;
+      EXPECT_TRUE(contains(r.text, std::string(var) + ": " + f.path + ": " + f.says)) << r.text;
+    }
+  }
+}
+
+TEST(SecurityFiles, ScriptsMustBeRegularAndBounded) {
+  TempDir d;
+  for (const BadFile &f : badFiles(d)) {
+    harness::ChildResult r = harness::inChild([&] { return scriptError(f.path); });
+    EXPECT_TRUE(r.clean) << f.path << ": the child " << r.how;
+    EXPECT_TRUE(contains(r.text, f.path + ": " + f.says)) << r.text;
+  }
+  // A FIFO named like a script in a user folder is named, not skipped.
+  fs::create_directories(d.path / "algos");
+  std::string fifo = (d.path / "algos" / "loose.lua").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  harness::ChildResult r = harness::inChild([&] {
+    Env env;
+    return initError(env, "FLAGCX_ALGO_PATH", (d.path / "algos").string());
+  });
+  EXPECT_TRUE(r.clean) << r.how;
+  EXPECT_TRUE(contains(r.text, fifo + ": a FIFO, not a regular file")) << r.text;
+}
+
+// Links are followed (config kept elsewhere and linked is ordinary); the
+// rule holds for what the link leads to.
+TEST(SecurityFiles, LinksAreFollowedToRegularFilesOnly) {
+  TempDir d;
+  std::string rules = d.write("real.yaml", "allreduce:\n  - {algo: ring}\n");
+  fs::create_symlink(rules, d.path / "rules.yaml");
+  fs::create_symlink("/dev/zero", d.path / "zero.yaml");
+  Env env;
+  std::string err = initError(env, "FLAGCX_TUNING_FILE", (d.path / "rules.yaml").string());
+  EXPECT_EQ(err, "init succeeded");
+  harness::ChildResult r = harness::inChild([&] {
+    return initError(env, "FLAGCX_TUNING_FILE", (d.path / "zero.yaml").string());
+  });
+  EXPECT_TRUE(r.clean) << r.how;
+  EXPECT_TRUE(contains(r.text, (d.path / "zero.yaml").string() + ": a character device")) << r.text;
+}
+
+TEST(SecurityFiles, DuplicateYamlKeysAreErrors) {
+  TempDir d;
+  TuningRules rules;
+  std::string err;
+  std::string inRule = d.write("rule.yaml", "allreduce:\n  - algo: ring\n    algo: rabenseifner\n");
+  EXPECT_FALSE(parseTuningRules(inRule, &rules, &err));
+  EXPECT_EQ(err, inRule + ":3: duplicate key 'algo' (first at line 2)");
+  std::string ops = d.write("ops.yaml", "allreduce:\n  - {algo: ring}\nallreduce:\n  - {algo: ring}\n");
+  EXPECT_FALSE(parseTuningRules(ops, &rules, &err));
+  EXPECT_EQ(err, ops + ":3: duplicate key 'allreduce' (first at line 1)");
+  std::string reg = d.write("algos/registry.yaml", "allreduce:\n  - name: ring\n    name: tree\n");
+  Registry r;
+  EXPECT_FALSE(Registry::loadFrom(reg, "", &r, &err));
+  EXPECT_EQ(err, reg + ":3: duplicate key 'name' (first at line 2)");
+}
+
+// Aliases of aliases describe 10^9 nodes in a few hundred bytes: each node
+// is walked once, so the file is refused at once (its ops are unknown).
+TEST(SecurityFiles, YamlAliasBombIsWalkedOnce) {
+  std::string text = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; i++) {
+    std::string prev = "*l" + std::to_string(i - 1);
+    text += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; k++) text += (k ? ", " : "") + prev;
+    text += "]\n";
+  }
+  harness::ChildResult r = harness::inChild([&] {
+    TuningRules rules;
+    std::string err;
+    parseTuningText("bomb.yaml", text, &rules, &err);
+    return err;
+  });
+  EXPECT_TRUE(r.clean) << r.how;
+  EXPECT_TRUE(contains(r.text, "bomb.yaml:1: unknown op 'l0'")) << r.text;
+}
