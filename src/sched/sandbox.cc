@@ -104,15 +104,17 @@ void countHook(lua_State *L, lua_Debug *ar, Sandbox::State *st) {
 // overflow").  What grows it is a C function that calls back into Lua: a
 // table.sort comparator or __lt, string.format's __tostring, coroutine.resume
 // and coroutine.wrap (each nested resume is a C frame), s:group, an xpcall
-// handler.  Recursion through those crashed the process.  Every such cycle
-// enters a function at each turn, so a call hook sees each turn and compares
+// handler.  Unchecked, recursion through those runs off the end of the
+// thread's stack (SIGSEGV).  Every such cycle enters a function at each
+// turn, so a call hook sees each turn and compares
 // the frame address with a floor set when the entry began (Sandbox::pcall);
 // no list of dangerous functions to keep up to date, no thread switch per
 // call (running scripts on a thread of their own would cost one per build
 // call, thousands per init).  The floor is ScriptLimits::cStackBytes below the
 // entry, less when the calling thread has less room, always leaving
 // kStackReserve for what may follow the last check: one library function's
-// frame (8 KiB buffers), raising the error, the unwinder.
+// frame (a luaL_Buffer is 8 KiB), raising the error, the unwinder, the
+// message handler.
 constexpr size_t kStackReserve = size_t(128) << 10;
 
 uintptr_t frameAddress() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
@@ -356,15 +358,17 @@ bool Sandbox::pcall(int nargs, int nresults, std::string *err) {
   if (outer) st->stackFloor = 0;
   if (rc == 0) return true;
   const char *m = lua_tostring(L_, -1);
-  // A memory error re-raised by coroutine.wrap arrives as a runtime error.
+  // A memory error re-raised by coroutine.wrap arrives as a runtime error,
+  // one in the message handler (no room left for the message) as LUA_ERRERR.
   static const char kNoMem[] = "not enough memory";
   size_t mlen = m ? std::strlen(m) : 0;
-  if (rc == LUA_ERRMEM || (st->refused && mlen >= sizeof(kNoMem) - 1 &&
-                           !std::strcmp(m + mlen - (sizeof(kNoMem) - 1), kNoMem))) {
+  bool noMem = mlen >= sizeof(kNoMem) - 1 && !std::strcmp(m + mlen - (sizeof(kNoMem) - 1), kNoMem);
+  if (rc == LUA_ERRMEM || (st->refused && (noMem || rc == LUA_ERRERR))) {
     *err = st->path + ": script memory limit exceeded (" + std::to_string(st->cap >> 20) + " MiB)";
     if (st->lastLine > 0) *err += ", last seen running line " + std::to_string(st->lastLine);
   } else {
     *err = fixMessage(m ? m : "error value is not a string", st->path);
+    if (err->compare(0, st->path.size(), st->path) != 0) *err = st->path + ": " + *err;
   }
   lua_pop(L_, 1);
   return false;
