@@ -38,6 +38,7 @@ struct Sandbox::State {
   std::chrono::steady_clock::time_point deadline;
   std::string path;  // full path, to undo Lua's shortening of long chunk names
   size_t cstack = 0;         // C stack one entry into the script may use
+  size_t allowed = 0;        // what the running entry got (less on a small thread)
   uintptr_t stackFloor = 0;  // no function may start below this address (0: idle)
   bool refused = false;      // the allocator said no during this entry
   int lastLine = 0;          // where the count hook last found the script
@@ -105,14 +106,14 @@ void countHook(lua_State *L, lua_Debug *ar, Sandbox::State *st) {
 // table.sort comparator or __lt, string.format's __tostring, coroutine.resume
 // and coroutine.wrap (each nested resume is a C frame), s:group, an xpcall
 // handler.  Unchecked, recursion through those runs off the end of the
-// thread's stack (SIGSEGV).  Every such cycle enters a function at each
-// turn, so a call hook sees each turn and compares
-// the frame address with a floor set when the entry began (Sandbox::pcall);
-// no list of dangerous functions to keep up to date, no thread switch per
-// call (running scripts on a thread of their own would cost one per build
-// call, thousands per init).  The floor is ScriptLimits::cStackBytes below the
-// entry, less when the calling thread has less room, always leaving
-// kStackReserve for what may follow the last check: one library function's
+// thread's stack (SIGSEGV).  Every such cycle enters a function at each turn,
+// so a call hook sees each turn and compares the frame address with a floor
+// set when the entry began (Sandbox::pcall): no list of dangerous functions
+// to keep up to date, and no thread switch per call (running scripts on a
+// thread of their own would cost one per build call, thousands per init).
+// The floor is ScriptLimits::cStackBytes below the entry, less when the
+// calling thread has less room, leaving kStackReserve (half the room on a
+// small thread) for what may follow the last check: one library function's
 // frame (a luaL_Buffer is 8 KiB), raising the error, the unwinder, the
 // message handler.
 constexpr size_t kStackReserve = size_t(128) << 10;
@@ -134,13 +135,13 @@ uintptr_t threadStackLow() {
   return low;
 }
 
-// The floor for an entry starting at `here` (stacks grow down on every
-// target we build for).
-uintptr_t stackFloorFor(uintptr_t here, size_t want) {
+// How much C stack an entry starting at `here` may use (stacks grow down on
+// every target we build for).  A thread short of room (a 128 KiB musl thread)
+// splits what it has in half rather than refusing every call.
+size_t stackAllowance(uintptr_t here, size_t want) {
   uintptr_t low = threadStackLow();
   size_t room = low && low < here ? here - low : want + kStackReserve;
-  size_t allow = room > kStackReserve ? std::min(want, room - kStackReserve) : 0;
-  return here - allow;
+  return std::min(want, room >= 2 * kStackReserve ? room - kStackReserve : room / 2);
 }
 
 // "path:line: C stack limit ...", the line of the innermost Lua frame that
@@ -161,7 +162,7 @@ uintptr_t stackFloorFor(uintptr_t here, size_t want) {
            "%sC stack limit reached (%zu KiB): recursion through C functions "
            "(coroutine.wrap/resume, table.sort, string.format of a __tostring, s:group) "
            "is too deep",
-           where, st->cstack >> 10);
+           where, st->allowed >> 10);
   lua_pushstring(L, what);
   lua_error(L);
   __builtin_unreachable();
@@ -349,7 +350,11 @@ bool Sandbox::pcall(int nargs, int nresults, std::string *err) {
   st->deadline = std::chrono::steady_clock::now() +
                  std::chrono::microseconds(static_cast<int64_t>(st->seconds * 1e6));
   bool outer = st->stackFloor == 0;  // an entry from inside keeps the outer floor
-  if (outer) st->stackFloor = stackFloorFor(frameAddress(), st->cstack);
+  if (outer) {
+    uintptr_t here = frameAddress();
+    st->allowed = stackAllowance(here, st->cstack);
+    st->stackFloor = here - st->allowed;
+  }
   int base = lua_gettop(L_) - nargs;  // the function's slot
   lua_pushcfunction(L_, placeError);
   lua_insert(L_, base);

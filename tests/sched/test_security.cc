@@ -209,7 +209,7 @@ TEST(SecurityLua, SmallThreadStackStillBounded) {
   harness::ChildResult r = harness::inChild([&] {
     pthread_attr_t a;
     pthread_attr_init(&a);
-    pthread_attr_setstacksize(&a, 192 << 10);
+    pthread_attr_setstacksize(&a, 128 << 10);  // a musl thread
     pthread_t t;
     struct Arg {
       std::string path, out;
