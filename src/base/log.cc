@@ -1,10 +1,14 @@
+// The log: levels, subsystems, FLAGCX_DEBUG_FILE, the last error text.
 #include "base/log.h"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +23,7 @@ struct LogState {
   LogLevel level = LogLevel::Warn;
   uint32_t mask = kInit | kEnv;
   FILE *out = stderr;
+  std::string fileName;  // FLAGCX_DEBUG_FILE expanded, while `out` is that file
   char host[64] = "?";
 };
 
@@ -47,6 +52,33 @@ std::string upper(std::string s) {
   return s;
 }
 
+// Opens the log file for appending.  O_NONBLOCK only for the open: a FIFO
+// with no reader is refused (ENXIO) instead of blocking the first log line.
+FILE *openLogFile(const std::string &name) {
+  int fd = open(name.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                0644);
+  if (fd < 0) return nullptr;
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "a");
+  if (!f) close(fd);
+  return f;
+}
+
+// One log line to the log's destination (g_mu held).  A file that stops
+// taking lines (/dev/full, a full disk, an I/O error) is given up for stderr
+// with one warning there, and the line goes to stderr too.
+void writeLocked(const char *line, size_t n) {
+  if (fwrite(line, 1, n, g_state.out) == n && fflush(g_state.out) == 0) return;
+  if (g_state.out == stderr) return;  // nowhere else to go
+  int e = errno;
+  fclose(g_state.out);
+  g_state.out = stderr;
+  fprintf(stderr, "flagcx WARN cannot write FLAGCX_DEBUG_FILE=%s (%s); logging to stderr\n",
+          g_state.fileName.c_str(), strerror(e));
+  fwrite(line, 1, n, stderr);
+}
+
 void initLocked() {
   if (g_ready.load(std::memory_order_acquire)) return;
   gethostname(g_state.host, sizeof(g_state.host) - 1);
@@ -57,30 +89,33 @@ void initLocked() {
   const std::string &file = paramStr(Param::DEBUG_FILE);
   if (!file.empty()) {
     std::string name = expandLogFileName(file);
-    FILE *f = fopen(name.c_str(), "a");
-    if (f) {
+    if (FILE *f = openLogFile(name)) {
       setvbuf(f, nullptr, _IOLBF, 0);
       g_state.out = f;
+      g_state.fileName = name;
     } else {
       fprintf(stderr, "flagcx WARN cannot open FLAGCX_DEBUG_FILE=%s (%s); logging to stderr\n",
               name.c_str(), strerror(errno));
     }
   }
   g_ready.store(true, std::memory_order_release);
+  char line[1400];
   for (const ParamNote &n : paramsNotes()) {
     if (g_state.level < (n.warn ? LogLevel::Warn : LogLevel::Info)) continue;
     if (!n.warn && !(g_state.mask & kEnv)) continue;
-    fprintf(g_state.out, "%s:%d:%ld [%d] flagcx %s ENV %s\n", g_state.host, getpid(),
-            static_cast<long>(syscall(SYS_gettid)), t_rank, n.warn ? "WARN" : "INFO",
-            n.text.c_str());
+    int len = snprintf(line, sizeof(line), "%s:%d:%ld [%d] flagcx %s ENV %s\n", g_state.host,
+                       getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank,
+                       n.warn ? "WARN" : "INFO", n.text.c_str());
+    writeLocked(line, std::min(static_cast<size_t>(len), sizeof(line) - 1));
   }
   std::string unknown = paramsUnknownNames();
   if (!unknown.empty() && g_state.level >= LogLevel::Warn) {
-    fprintf(g_state.out,
-            "%s:%d:%ld [%d] flagcx WARN ENV unknown variable(s) %s ignored; "
-            "`flagcx-info --env` lists the known ones\n",
-            g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank,
-            unknown.c_str());
+    int len = snprintf(line, sizeof(line),
+                       "%s:%d:%ld [%d] flagcx WARN ENV unknown variable(s) %s ignored; "
+                       "`flagcx-info --env` lists the known ones\n",
+                       g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank,
+                       unknown.c_str());
+    writeLocked(line, std::min(static_cast<size_t>(len), sizeof(line) - 1));
   }
 }
 
@@ -159,10 +194,12 @@ static void vlog(LogLevel level, uint32_t subsys, const char *file, int line, co
   int n = snprintf(lineBuf, sizeof(lineBuf), "%s:%d:%ld [%d] flagcx %s %s %s (%s:%d)\n",
                    g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank, lv,
                    subsysName(subsys), msg, base, line);
-  if (n > static_cast<int>(sizeof(lineBuf))) n = sizeof(lineBuf);
+  if (n >= static_cast<int>(sizeof(lineBuf))) {  // cut, but still one line
+    n = sizeof(lineBuf) - 1;
+    lineBuf[n - 1] = '\n';
+  }
   std::lock_guard<std::mutex> lk(g_mu);
-  fwrite(lineBuf, 1, static_cast<size_t>(n), g_state.out);
-  fflush(g_state.out);
+  writeLocked(lineBuf, static_cast<size_t>(n));
 }
 
 void logMessage(LogLevel level, uint32_t subsys, const char *file, int line, const char *fmt,

@@ -76,7 +76,10 @@ bool Registry::scanUserDir(const std::string &dir, std::string *err) {
       it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file(ec) && it->path().extension() == ".lua") files.push_back(it->path());
+    // Anything named *.lua but a folder is taken: a FIFO, a device or a
+    // dangling link is then refused by name when it is loaded, not skipped
+    // in silence.
+    if (!it->is_directory(ec) && it->path().extension() == ".lua") files.push_back(it->path());
   }
   std::sort(files.begin(), files.end());
   fs::path top = fs::path(dir).lexically_normal();

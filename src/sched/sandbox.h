@@ -2,12 +2,15 @@
 // policy (tuner.h) run in.
 //
 // A private lua_State with a memory cap (custom allocator), the JIT off (so
-// the count hook that enforces the instruction budget always fires), and only
-// base/table/string/math/bit opened, less every base function that reaches
-// files or compiles code (dofile, load, loadfile, loadstring, require, module,
-// collectgarbage, getfenv, setfenv, string.dump).  `print` writes to the log
-// (TRACE, INIT).  Errors are returned as text: Lua errors read
-// "path:line: message".
+// the hooks always fire), and only base/table/string/math/bit opened, less
+// every base function that reaches files or compiles code (dofile, load,
+// loadfile, loadstring, require, module, collectgarbage, getfenv, setfenv,
+// string.dump) and Lua patterns (string.find/match/gmatch/gsub: their time
+// is spent in C, out of reach of the budget).  Each entry into the script is
+// bounded in instructions, wall-clock time and C stack (recursion through C
+// functions such as coroutine.wrap or a table.sort comparator is an error,
+// never a crash; sandbox.cc says how).  `print` writes to the log (TRACE,
+// INIT).  Errors are returned as text: Lua errors read "path:line: message".
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +25,12 @@ struct ScriptLimits {
   size_t memoryBytes = size_t(64) << 20;    // per script state
   uint64_t instructions = 200'000'000;      // per entry into the script
   double seconds = 5.0;                     // wall clock per entry into the script
+  // C stack per entry: recursion through C functions stops here.  Real
+  // scripts nest a few C calls of under 1 KiB each.  A chain of nested
+  // coroutines takes about 80 bytes a level: it stops near 800 deep, where
+  // the message coroutine.wrap lengthens at every level (by "path:line: ")
+  // still fits the memory cap (at 3000 deep it did not).
+  size_t cStackBytes = size_t(64) << 10;
 };
 
 class Sandbox {

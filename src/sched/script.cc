@@ -3,18 +3,16 @@
 #include "sched/script.h"
 
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 extern "C" {
 #include <lauxlib.h>
 #include <lua.h>
 }
 
+#include "base/config_file.h"
 #include "base/log.h"
 #include "sched/in_place.h"
 #include "sched/ir_names.h"
@@ -233,14 +231,9 @@ Script::~Script() = default;
 
 bool Script::load(const std::string &path, std::unique_ptr<Script> *out, std::string *err,
                   const ScriptLimits &limits) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    *err = path + ": cannot open: " + std::strerror(errno);
-    return false;
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return loadText(path, ss.str(), out, err, limits);
+  std::string text;
+  if (!readConfigFile(path, &text, err)) return false;
+  return loadText(path, text, out, err, limits);
 }
 
 bool Script::loadText(const std::string &chunkName, const std::string &text,

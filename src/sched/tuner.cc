@@ -3,7 +3,6 @@
 
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -12,6 +11,7 @@ extern "C" {
 #include <lua.h>
 }
 
+#include "base/config_file.h"
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -126,14 +126,8 @@ bool parseTuningText(const std::string &name, const std::string &text, TuningRul
 }
 
 bool parseTuningRules(const std::string &file, TuningRules *out, std::string *err) {
-  std::ifstream f(file);
-  if (!f) {
-    *err = file + ": cannot open the tuning rules";
-    return false;
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parseTuningText(file, ss.str(), out, err);
+  std::string text;
+  return readConfigFile(file, &text, err) && parseTuningText(file, text, out, err);
 }
 
 bool parseForcedAlgos(const std::string &spec,
@@ -253,21 +247,22 @@ bool decideAll(const Registry &reg, ScriptCache &scripts, const Topo &t, Decisio
   TuningRules rules;
   std::string rulesFile = paramStr(Param::TUNING_FILE);
   if (rulesFile.empty()) rulesFile = (std::filesystem::path(dataDir()) / "config" / "tuning.yaml").string();
-  if (!parseTuningRules(rulesFile, &rules, err)) return false;
+  if (!parseTuningRules(rulesFile, &rules, err)) {
+    if (paramIsSet(Param::TUNING_FILE)) *err = "FLAGCX_TUNING_FILE: " + *err;
+    return false;
+  }
 
   std::unique_ptr<Sandbox> policy;
   int policyRef = LUA_NOREF;
   const std::string &policyFile = paramStr(Param::TUNING_POLICY);
   if (!policyFile.empty()) {
-    std::ifstream f(policyFile);
-    if (!f) {
-      *err = "FLAGCX_TUNING_POLICY: cannot open " + policyFile;
+    std::string text;
+    if (!readConfigFile(policyFile, &text, err)) {
+      *err = "FLAGCX_TUNING_POLICY: " + *err;
       return false;
     }
-    std::stringstream ss;
-    ss << f.rdbuf();
     if (!Sandbox::create(policyFile, ScriptLimits{}, &policy, err)) return false;
-    if (!policy->run(ss.str(), 1, err)) return false;
+    if (!policy->run(text, 1, err)) return false;
     if (!lua_isfunction(policy->L(), -1)) {
       *err = policyFile + ": the policy must return a function(op, bytes, dtype, nranks, ranks_per_host)";
       return false;

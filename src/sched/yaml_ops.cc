@@ -1,7 +1,51 @@
 // Walking "op -> list" YAML files (registry.yaml, tuning.yaml).
 #include "sched/yaml_ops.h"
 
+#include <map>
+#include <set>
+#include <vector>
+
+#include "base/config_file.h"
+
 namespace flagcx {
+
+namespace {
+
+// yaml-cpp keeps every pair of a map with a repeated key, and node[key]
+// answers with the first: a second "algo:" in a rule would be silently
+// ignored.  Every map of the document is checked, without recursion (no C
+// stack for deep nesting), and each container once: an alias is the anchored
+// node itself (same place in the text), and revisiting aliases of aliases
+// would take exponential time ("billion laughs").
+bool noDuplicateKeys(const std::string &name, const YAML::Node &root, std::string *err) {
+  std::vector<YAML::Node> todo{root};
+  std::set<int> visited;  // text offsets of the containers walked
+  while (!todo.empty()) {
+    YAML::Node n = todo.back();
+    todo.pop_back();
+    if (!n.IsSequence() && !n.IsMap()) continue;
+    if (n.Mark().pos >= 0 && !visited.insert(n.Mark().pos).second) continue;
+    if (n.IsSequence()) {
+      for (const auto &item : n) todo.push_back(item);
+    } else if (n.IsMap()) {
+      std::map<std::string, int> seen;  // key -> line
+      for (const auto &kv : n) {
+        if (kv.first.IsScalar()) {
+          auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark().line + 1);
+          if (!fresh) {
+            *err = yamlAt(name, kv.first.Mark()) + "duplicate key '" + kv.first.Scalar() +
+                   "' (first at line " + std::to_string(it->second) + ")";
+            return false;
+          }
+        }
+        todo.push_back(kv.second);
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 std::string yamlAt(const std::string &file, const YAML::Mark &m) {
   return m.line < 0 ? file + ": " : file + ":" + std::to_string(m.line + 1) + ": ";
@@ -9,16 +53,21 @@ std::string yamlAt(const std::string &file, const YAML::Mark &m) {
 
 bool yamlLoad(const std::string &name, const std::string *text, const std::string &missing,
               YAML::Node *out, std::string *err) {
+  std::string fileText;
+  if (!text) {
+    if (!readConfigFile(name, &fileText, err)) {
+      if (!missing.empty()) *err += " (" + missing + ")";
+      return false;
+    }
+    text = &fileText;
+  }
   try {
-    *out = text ? YAML::Load(*text) : YAML::LoadFile(name);
-  } catch (const YAML::BadFile &) {
-    *err = name + ": " + missing;
-    return false;
+    *out = YAML::Load(*text);
   } catch (const YAML::Exception &e) {
     *err = yamlAt(name, e.mark) + e.msg;
     return false;
   }
-  return true;
+  return noDuplicateKeys(name, *out, err);
 }
 
 bool forEachOpEntry(const std::string &name, const YAML::Node &root, const char *what,

@@ -20,54 +20,15 @@
 #include "sched/script.h"
 #include "sched/tuner.h"
 #include "sched/verify.h"
+#include "tests/sched/sched_env.h"
 
 namespace fs = std::filesystem;
 using namespace flagcx;
+using namespace schedtest;
 
 namespace {
 
-const std::string kSrc = FLAGCX_SOURCE_DIR;
 const std::string kScripts = kSrc + "/tests/sched/scripts/";
-
-// Sets FLAGCX_* variables for one test and restores a clean environment.
-class Env {
- public:
-  Env() {
-    clear();
-    set("FLAGCX_DATA_DIR", kSrc);
-  }
-  ~Env() {
-    clear();
-    paramsReload();
-  }
-  void set(const char *k, const std::string &v) {
-    setenv(k, v.c_str(), 1);
-    paramsReload();
-  }
-
- private:
-  static void clear() {
-    for (const char *k : {"FLAGCX_ALGO_PATH", "FLAGCX_ALGO", "FLAGCX_TUNING_FILE",
-                          "FLAGCX_TUNING_POLICY", "FLAGCX_DATA_DIR"})
-      unsetenv(k);
-  }
-};
-
-// A fresh temporary folder, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/flagcx-sched-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string &rel, const std::string &text) const {
-    fs::path p = path / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-    return p.string();
-  }
-};
 
 std::string loadError(const std::string &file) {
   std::unique_ptr<Script> s;

@@ -1,5 +1,8 @@
-// Logging: level and subsystem parsing, file names, last error, log file lines.
+// Logging: level and subsystem parsing, file names, last error, log file lines,
+// a log file that cannot be written.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "tests/common/in_child.h"
 
 using namespace flagcx;
 
@@ -125,5 +129,47 @@ TEST_F(LogTest, DebugFileLines) {
   EXPECT_EQ(lines, 2) << text;
   EXPECT_EQ(text.find("filtered out"), std::string::npos);
   unlink(path.c_str());
+  rmdir(dir);
+}
+
+// A log file that cannot take lines (/dev/full, a folder, a path in a missing
+// folder, a FIFO nobody reads): one warning on stderr, then every line on
+// stderr.  Each case runs in a child whose stderr is a file (a FIFO that
+// blocked the open would hang the child, not the runner).
+TEST_F(LogTest, UnwritableFileWarnsOnceThenStderr) {
+  char dir[] = "/tmp/flagcx-logtest-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string capture = std::string(dir) + "/stderr";
+  for (const std::string &target :
+       {std::string("/dev/full"), std::string(dir), std::string(dir) + "/missing/x.log", fifo}) {
+    harness::ChildResult r = harness::inChild(
+        [&] {
+          int fd = open(capture.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+          dup2(fd, 2);
+          close(fd);
+          setenv("FLAGCX_DEBUG", "WARN", 1);
+          setenv("FLAGCX_DEBUG_FILE", target.c_str(), 1);
+          paramsReload();
+          for (int i = 0; i < 3; i++) WARN(kNet, "line number %d", i);
+          std::ifstream f(capture);
+          std::stringstream ss;
+          ss << f.rdbuf();
+          return ss.str();
+        },
+        20);
+    EXPECT_TRUE(r.clean) << target << ": the child " << r.how;
+    int warnings = 0, lines = 0;
+    std::istringstream in(r.text);
+    for (std::string line; std::getline(in, line);) {
+      warnings += line.find("FLAGCX_DEBUG_FILE=" + target + " (") != std::string::npos;
+      lines += line.find("line number ") != std::string::npos;
+    }
+    EXPECT_EQ(warnings, 1) << target << ":\n" << r.text;
+    EXPECT_EQ(lines, 3) << target << ":\n" << r.text;
+  }
+  unlink(fifo.c_str());
+  unlink(capture.c_str());
   rmdir(dir);
 }
