@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages flagcx builds and tests with (only what is missing).
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config g++ libluajit-5.1-dev libyaml-cpp-dev libgtest-dev
+pkgs=(meson ninja-build pkg-config cmake g++ libluajit-5.1-dev libyaml-cpp-dev libgtest-dev
       libgmock-dev googletest libmpich-dev mpich libibverbs-dev librdmacm-dev graphviz
       python3-matplotlib iproute2 util-linux python3-torch libtorch-dev)
 missing=()

@@ -1,6 +1,6 @@
 // flagcx-demo: N real processes on this host exchange data through flagcx
-// (a ring of send/recv, then allreduce) and rank 0 prints a result table.
-//   flagcx-demo [-n NRANKS]      (default 4)
+// (a ring of send/recv, then allreduce) and rank 0 prints a result table
+// (kUsage: the command line).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,19 +77,31 @@ int runRank(int rank, int nranks, flagcxUniqueId *id, int pipeFd) {
 
 }  // namespace
 
+const char *kUsage =
+    "usage: flagcx-demo [-n NRANKS]\n"
+    "  -n NRANKS   processes to start on this host, 1..64 (default 4): a ring of\n"
+    "              send/recv, then allreduce; rank 0 prints time, bandwidth and check\n"
+    "  -h, --help  this help\n"
+    "Exit status: 0 every rank ok, 1 a rank failed, 2 a bad command line.\n";
+
 int main(int argc, char **argv) {
   int nranks = 4;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(kUsage, stdout);
+      return 0;
+    }
+    char *end = nullptr;
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-      nranks = atoi(argv[++i]);
+      nranks = static_cast<int>(strtol(argv[++i], &end, 10));
+      if (*end || end == argv[i] || nranks < 1 || nranks > 64) {
+        fprintf(stderr, "flagcx-demo: -n %s: a number of ranks from 1 to 64\n", argv[i]);
+        return 2;
+      }
     } else {
-      fprintf(stderr, "usage: flagcx-demo [-n NRANKS]\n");
+      fprintf(stderr, "flagcx-demo: unknown argument %s\n%s", argv[i], kUsage);
       return 2;
     }
-  }
-  if (nranks < 1 || nranks > 64) {
-    fprintf(stderr, "flagcx-demo: -n must be 1..64\n");
-    return 2;
   }
   flagcxUniqueId id;
   if (flagcxGetUniqueId(&id) != flagcxSuccess) return 1;

@@ -107,7 +107,7 @@ if want build; then
     [ -f "$B/build.ninja" ] || meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dnccl_dropin=enabled \
       -Dgpu_archs=90 -Dmpi=disabled -Dtorch=disabled -Dnccl_include="$NCCL_INC"
     # Only what the stages use (the whole tree takes longer than the budget).
-    ninja -C "$B" libflagcx.so plugins/nccl/libnccl.so.2.28.9 &&
+    meson compile -C "$B" flagcx && ninja -C "$B" plugins/nccl/libnccl.so.2.28.9 &&
     ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog &&
     { ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog_real || echo "(no NVIDIA libnccl.so to link)"; } &&
     { ninja -C "$B" plugins/nccl/tests/unit_nccl_dropin || echo "(no GoogleTest: unit test not built)"; }

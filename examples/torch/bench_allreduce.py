@@ -68,7 +68,7 @@ def timed(group, t, n):
 busfactor = 2 * (world - 1) / world if world > 1 else 1.0
 load = os.getloadavg()[0]
 if rank == 0:
-    print(f"# all_reduce float32 sum, {world} ranks, {args.device} tensors, flagcx {flagcx.version()} "
+    print(f"# all_reduce float32 sum, {world} ranks, {args.device} tensors, flagcx {flagcx.__version__} "
           f"({flagcx.device()}) vs {other_name}, torch {torch.__version__}")
     print(f"# {args.iters} calls x {args.rounds} alternating rounds per size after {args.warmup} warm-up; "
           f"time = slowest rank's average; load average at start {load:.1f} on {os.cpu_count()} CPUs")

@@ -109,5 +109,5 @@ show("async all_reduce + future", fut.wait(), W + 1)
 dist.barrier()
 dist.destroy_process_group()
 print(f"[rank {rank}] {'all results correct' if wrong == 0 else f'{wrong} WRONG'} "
-      f"(flagcx {flagcx.version()} on {flagcx.device()}, torch {torch.__version__})", flush=True)
+      f"(flagcx {flagcx.__version__} (FlagCX API {flagcx.api_version()}) on {flagcx.device()}, torch {torch.__version__})", flush=True)
 sys.exit(1 if wrong else 0)

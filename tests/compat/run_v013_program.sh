@@ -5,22 +5,16 @@
 set -euo pipefail
 build=$1
 src=$2
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-meson install -C "$build" --destdir "$stage" --no-rebuild --quiet >/dev/null
-pc=$(dirname "$(find "$stage" -name flagcx.pc -print -quit)")
-[ -n "$pc" ] || { echo "no flagcx.pc in the staged install"; exit 1; }
-export PKG_CONFIG_PATH=$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH} PKG_CONFIG_SYSROOT_DIR=$stage
+# stage_install: $stage, $libdir, and $san (a sanitized library needs its
+# runtime loaded first: the programs are built with the same sanitizers).
+. "$src/../install/stage.sh"
+stage_install "$build"
+[ -f "$libdir/pkgconfig/flagcx.pc" ] || { echo "no flagcx.pc in the staged install"; exit 1; }
+export PKG_CONFIG_PATH=$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 cflags=$(pkg-config --cflags flagcx)
 libs=$(pkg-config --libs flagcx)
 case "$cflags $libs" in *"$stage"*) ;; *) echo "pkg-config does not point into the stage: $cflags $libs"; exit 1 ;; esac
-libdir=$(pkg-config --variable=libdir flagcx)  # already inside the stage (sysroot)
 datadir=$(dirname "$(find "$stage" -type d -path '*/share/flagcx' -print -quit)")/flagcx
-# A sanitized library (tools/check.sh --asan) needs its runtime loaded first:
-# build the programs with the same sanitizers.
-san=
-libdeps=$(ldd "$libdir/libflagcx.so")  # whole output first: grep -q would cut ldd short
-case "$libdeps" in *libasan*) san="-fsanitize=address,undefined" ;; esac
 # -Werror: a call that does not match the header is an error, not a warning.
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror $san $cflags "$src/v013_program.c" -o "$stage/v013_c" $libs
 ${CXX:-c++} -std=c++17 -Wall -Wextra -Werror $san $cflags "$src/v013_headers.cc" -o "$stage/v013_cxx" $libs

@@ -1,6 +1,7 @@
 // flagcx-algo: list, verify, show, draw, cost and scale the algorithm scripts.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,32 +25,44 @@ using namespace flagcx;
 namespace {
 
 const char *kUsage =
-    "usage: flagcx-algo COMMAND [options]\n"
-    "  list                                  algorithms, ops and requirements\n"
-    "  verify FILE|OP/NAME|OP|all --nranks N[,M|A-B...] [--ranks-per-host G] [--jobs J]\n"
-    "                                        simulate every rank; exit 1 on error (J scripts\n"
-    "                                        at once, default one per CPU)\n"
-    "  show OP/NAME|FILE --nranks N [--rank R] [--root R] [--ranks-per-host G]\n"
-    "                                        the step table of one rank (or all)\n"
-    "  dot OP/NAME|FILE --nranks N [--root R] [--ranks-per-host G]\n"
-    "                                        Graphviz DOT of the whole schedule\n"
-    "  cost OP/NAME|OP --nranks N --bytes B [--ranks-per-host G] [--alpha S] [--beta S/B]\n"
-    "                                        the alpha-beta estimate the tuner uses\n"
-    "  scale --nranks N[,M...] [--rank R] [--ranks-per-host G] [--repeat K] [--csv]\n"
-    "                                        one rank's init compile time, memory and peers\n"
-    "Scripts come from the shipped registry and FLAGCX_ALGO_PATH; a FILE is any .lua path.\n";
+    "usage: flagcx-algo COMMAND [TARGET] [options]\n"
+    "commands:\n"
+    "  list                      every algorithm: op, name, requirements, shipped or user\n"
+    "  verify TARGET -n LIST     simulate every rank of each script at each rank count\n"
+    "                            (and at each ranks-per-host dividing it); exit 1 on an error\n"
+    "  show TARGET -n N          the step table of every rank (or of --rank R)\n"
+    "  dot TARGET -n N           Graphviz DOT of the whole schedule\n"
+    "  cost TARGET -n N --bytes B  the alpha-beta estimate the tuner uses\n"
+    "  scale -n LIST             one rank's init compile time, memory and peers at N ranks\n"
+    "  help                      this help\n"
+    "TARGET: OP/NAME (e.g. allreduce/ring) or a .lua file; verify and cost also take an\n"
+    "OP (all its algorithms), verify also 'all'.  Scripts come from the shipped registry\n"
+    "and FLAGCX_ALGO_PATH.\n"
+    "options (each command takes those listed with it above or below):\n"
+    "  -n, --nranks N|LIST       rank count; LIST: N,M,A-B (verify, scale); 1..1048576\n"
+    "  --rank R                  show, scale: only rank R (0 <= R < N; scale's default 1)\n"
+    "  --root R                  show, dot: root of a rooted op (0 <= R < N, default 0)\n"
+    "  --ranks-per-host G        verify, show, dot, cost, scale: ranks per host, G >= 1\n"
+    "                            dividing N (verify's default: every divisor; else 1)\n"
+    "  -j, --jobs J              verify: scripts checked at once, J >= 1 (default: CPUs)\n"
+    "  --bytes B                 cost: message size, K/M/G suffixes (binary), required\n"
+    "  --alpha S                 cost: seconds per sequential step, >= 0 (default 4e-6)\n"
+    "  --beta S                  cost: seconds per byte, >= 0 (default 5e-10)\n"
+    "  --repeat K                scale: inits timed, the fastest kept, K >= 1 (default 3)\n"
+    "  --csv                     scale: one CSV line per algorithm and per init\n"
+    "  -h, --help                this help\n"
+    "Exit status: 0 ok, 1 a script failed, 2 a bad command line.\n";
 
 struct Args {
   std::string cmd, target;
   std::vector<int> nranks;
   int rank = -1, root = 0, rph = 0;  // rph 0: not given
-  bool rootGiven = false;
   uint64_t bytes = 0;
-  bool bytesGiven = false;
   bool csv = false;
   int repeat = 3;
   int jobs = 0;  // verify: threads (0: one per CPU)
   double alpha = kDefaultAlpha, beta = kDefaultBeta;
+  std::vector<std::string> given;  // options named on the command line
 };
 
 [[noreturn]] void die(const std::string &m) {
@@ -57,11 +70,21 @@ struct Args {
   std::exit(2);
 }
 
-int toInt(const std::string &s, const char *what) {
+int toInt(const std::string &s, const char *what, long lo) {
   char *end = nullptr;
   long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < 0 || v > 1 << 20) die(std::string("bad ") + what + ": '" + s + "'");
+  if (s.empty() || *end || v < lo || v > 1 << 20)
+    die(std::string("bad ") + what + ": '" + s + "' (an integer from " + std::to_string(lo) +
+        " to 1048576)");
   return static_cast<int>(v);
+}
+
+double toSeconds(const std::string &s, const char *what) {
+  char *end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || !std::isfinite(v) || v < 0)
+    die(std::string("bad ") + what + ": '" + s + "' (seconds, >= 0)");
+  return v;
 }
 
 std::vector<int> parseRanks(const std::string &s) {
@@ -72,17 +95,54 @@ std::vector<int> parseRanks(const std::string &s) {
     std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t dash = item.find('-');
     if (dash != std::string::npos) {
-      int a = toInt(item.substr(0, dash), "--nranks"), b = toInt(item.substr(dash + 1), "--nranks");
+      int a = toInt(item.substr(0, dash), "--nranks", 1), b = toInt(item.substr(dash + 1), "--nranks", 1);
+      if (a > b) die("bad --nranks range '" + item + "': " + std::to_string(a) + " > " + std::to_string(b));
       for (int i = a; i <= b; i++) v.push_back(i);
     } else {
-      v.push_back(toInt(item, "--nranks"));
+      v.push_back(toInt(item, "--nranks", 1));
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  for (int n : v)
-    if (n < 1) die("--nranks must be at least 1");
   return v;
+}
+
+// Which options each command reads; any other is an error, not ignored.
+const std::map<std::string, std::vector<std::string>> kTakes = {
+    {"list", {}},
+    {"verify", {"--nranks", "--ranks-per-host", "--jobs"}},
+    {"show", {"--nranks", "--rank", "--root", "--ranks-per-host"}},
+    {"dot", {"--nranks", "--root", "--ranks-per-host"}},
+    {"cost", {"--nranks", "--ranks-per-host", "--bytes", "--alpha", "--beta"}},
+    {"scale", {"--nranks", "--rank", "--ranks-per-host", "--repeat", "--csv"}}};
+
+bool knownCommand(const std::string &cmd) { return kTakes.count(cmd) != 0; }
+
+bool takes(const std::string &cmd, const std::string &opt) {
+  auto it = kTakes.find(cmd);
+  return it != kTakes.end() && std::find(it->second.begin(), it->second.end(), opt) != it->second.end();
+}
+
+// The checks that need the whole command line: what the command reads, and
+// ranks, roots and hosts that fit every rank count.
+void validate(const Args &a) {
+  bool oneN = a.cmd == "show" || a.cmd == "dot" || a.cmd == "cost";
+  bool wantsTarget = a.cmd != "list" && a.cmd != "scale";
+  for (const std::string &o : a.given)
+    if (!takes(a.cmd, o)) die(a.cmd + " does not take " + o + " (flagcx-algo --help)");
+  if (wantsTarget && a.target.empty()) die(a.cmd + " needs a TARGET: OP/NAME or a .lua file (flagcx-algo --help)");
+  if (!wantsTarget && !a.target.empty()) die(a.cmd + " takes no TARGET (got '" + a.target + "')");
+  if (a.cmd != "list" && a.nranks.empty()) die(a.cmd + " needs --nranks");
+  if (oneN && a.nranks.size() != 1) die(a.cmd + " needs one --nranks N");
+  if (a.cmd == "cost" && a.bytes == 0 && std::find(a.given.begin(), a.given.end(), "--bytes") == a.given.end())
+    die("cost needs --bytes B (e.g. 1M)");
+  for (int n : a.nranks) {
+    std::string at = " at --nranks " + std::to_string(n);
+    if (a.rank >= n) die("--rank " + std::to_string(a.rank) + " is out of range" + at + " (0.." + std::to_string(n - 1) + ")");
+    if (a.root >= n) die("--root " + std::to_string(a.root) + " is out of range" + at + " (0.." + std::to_string(n - 1) + ")");
+    if (a.rph && a.cmd != "verify" && n % a.rph != 0)
+      die("--ranks-per-host " + std::to_string(a.rph) + " does not divide --nranks " + std::to_string(n));
+  }
 }
 
 Args parse(int argc, char **argv) {
@@ -100,26 +160,30 @@ Args parse(int argc, char **argv) {
       if (i + 1 >= argc) die("missing value after " + s);
       return argv[++i];
     };
-    auto is = [&](const char *opt) {
-      return s == opt || s.rfind(std::string(opt) + "=", 0) == 0;
+    auto is = [&](const char *opt, const char *alias = nullptr) {
+      for (const char *o : {opt, alias})
+        if (o && (s == o || s.rfind(std::string(o) + "=", 0) == 0)) {
+          a.given.push_back(opt);
+          return true;
+        }
+      return false;
     };
-    if (is("--nranks") || is("-n")) a.nranks = parseRanks(val());
-    else if (is("--rank")) a.rank = toInt(val(), "--rank");
-    else if (is("--root")) a.root = toInt(val(), "--root"), a.rootGiven = true;
-    else if (is("--ranks-per-host")) a.rph = toInt(val(), "--ranks-per-host");
+    if (is("--nranks", "-n")) a.nranks = parseRanks(val());
+    else if (is("--rank")) a.rank = toInt(val(), "--rank", 0);
+    else if (is("--root")) a.root = toInt(val(), "--root", 0);
+    else if (is("--ranks-per-host")) a.rph = toInt(val(), "--ranks-per-host", 1);
     else if (is("--bytes")) {
       std::string v = val();
       if (!parseByteSize(v, &a.bytes)) die("bad --bytes: '" + v + "'");
-      a.bytesGiven = true;
-    } else if (is("--alpha")) a.alpha = std::atof(val().c_str());
-    else if (is("--beta")) a.beta = std::atof(val().c_str());
-    else if (s == "--csv") a.csv = true;
-    else if (is("--repeat")) a.repeat = toInt(val(), "--repeat");
-    else if (is("--jobs") || is("-j")) a.jobs = toInt(val(), "--jobs");
+    } else if (is("--alpha")) a.alpha = toSeconds(val(), "--alpha");
+    else if (is("--beta")) a.beta = toSeconds(val(), "--beta");
+    else if (s == "--csv") a.given.push_back(s), a.csv = true;
+    else if (is("--repeat")) a.repeat = toInt(val(), "--repeat", 1);
+    else if (is("--jobs", "-j")) a.jobs = toInt(val(), "--jobs", 1);
     else if (s == "-h" || s == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (!s.empty() && s[0] == '-') die("unknown option " + s);
+    } else if (!s.empty() && s[0] == '-') die("unknown option " + s + " (flagcx-algo --help)");
     else if (a.target.empty()) a.target = s;
     else die("unexpected argument " + s);
   }
@@ -157,7 +221,6 @@ std::vector<Loaded> resolve(const std::string &target, bool allowMany) {
     l.label = std::string(opName(l.script->op())) + "/" + l.script->name();
     out.push_back(std::move(l));
   };
-  if (target.empty()) die("name a script: OP/NAME or a .lua file");
   if (isFile(target)) {
     add(target);
     return out;
@@ -246,7 +309,6 @@ bool verifyOne(Loaded &l, const Args &a, std::string *report) {
 // Scripts are independent (a Lua state each): verified on --jobs threads,
 // reported in order.
 int cmdVerify(const Args &a) {
-  if (a.nranks.empty()) die("verify needs --nranks N[,M...]");
   std::vector<Loaded> scripts = resolve(a.target, true);
   std::vector<std::string> reports(scripts.size());
   std::vector<char> ok(scripts.size(), 0);
@@ -283,7 +345,6 @@ Schedule compileOrDie(Script &s, const Args &a, int n) {
 }
 
 int cmdShow(const Args &a) {
-  if (a.nranks.size() != 1) die("show needs one --nranks N");
   std::vector<Loaded> v = resolve(a.target, false);
   int n = a.nranks[0];
   Schedule s = compileOrDie(*v[0].script, a, n);
@@ -310,7 +371,6 @@ int cmdShow(const Args &a) {
 }
 
 int cmdDot(const Args &a) {
-  if (a.nranks.size() != 1) die("dot needs one --nranks N");
   std::vector<Loaded> v = resolve(a.target, false);
   int n = a.nranks[0];
   Schedule s = compileOrDie(*v[0].script, a, n);
@@ -358,8 +418,6 @@ int cmdDot(const Args &a) {
 }
 
 int cmdCost(const Args &a) {
-  if (a.nranks.size() != 1) die("cost needs one --nranks N");
-  if (!a.bytesGiven) die("cost needs --bytes B (e.g. 1M)");
   std::vector<Loaded> v = resolve(a.target, true);
   int n = a.nranks[0];
   Topo t{n, a.rph ? a.rph : 1};
@@ -389,19 +447,19 @@ int cmdCost(const Args &a) {
 
 int main(int argc, char **argv) {
   Args a = parse(argc, argv);
+  if (a.cmd == "help" || a.cmd == "-h" || a.cmd == "--help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!knownCommand(a.cmd)) {
+    std::fprintf(stderr, "flagcx-algo: unknown command '%s'\n%s", a.cmd.c_str(), kUsage);
+    return 2;
+  }
+  validate(a);
   if (a.cmd == "list") return cmdList();
   if (a.cmd == "verify") return cmdVerify(a);
   if (a.cmd == "show") return cmdShow(a);
   if (a.cmd == "dot") return cmdDot(a);
   if (a.cmd == "cost") return cmdCost(a);
-  if (a.cmd == "scale") {
-    if (a.nranks.empty()) die("scale needs --nranks N[,M...]");
-    return flagcx_algo::cmdScale(a.nranks, a.rank, a.rph, a.repeat, a.csv);
-  }
-  if (a.cmd == "help" || a.cmd == "-h" || a.cmd == "--help") {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  std::fprintf(stderr, "flagcx-algo: unknown command '%s'\n%s", a.cmd.c_str(), kUsage);
-  return 2;
+  return flagcx_algo::cmdScale(a.nranks, a.rank, a.rph, a.repeat, a.csv);
 }

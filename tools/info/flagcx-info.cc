@@ -1,7 +1,5 @@
-// flagcx-info: what this build and machine offer, and every FLAGCX_* variable.
-//   flagcx-info            version, device adapter, network interface
-//   flagcx-info --env      name, current value, default and doc of each variable
-//   flagcx-info --compare-dumps FILES...   which rank diverged or stopped first
+// flagcx-info: what this build and machine offer, and every FLAGCX_* variable
+// (kUsage below says what each option does).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,10 +10,28 @@
 #include "base/params.h"
 #include "rendezvous/socket.h"
 #include "flagcx.h"
+#include "tools/version_line.h"
 
 using namespace flagcx;
 
-static void printEnv() {
+namespace {
+
+const char *kUsage =
+    "usage: flagcx-info [OPTION]\n"
+    "  (no option)            library version, FlagCX API level, the device adapter\n"
+    "                         FLAGCX_DEVICE selects, the network interface the sockets\n"
+    "                         use, the transports, the number of variables\n"
+    "  --version              the library version and the FlagCX API level it implements\n"
+    "  --env                  every FLAGCX_* variable: name, value in this environment,\n"
+    "                         default and what it does; then unknown FLAGCX_* names set\n"
+    "  --compare-dumps FILE.. read flight-recorder dumps of several ranks of one job\n"
+    "                         (FLAGCX_FLIGHT_RECORDER_FILE) and name the rank(s) whose\n"
+    "                         sequence of operations diverged or stopped first; exit 2\n"
+    "                         when they disagree or a file cannot be read\n"
+    "  -h, --help             this help\n"
+    "Exit status: 0 on success, 2 on a bad command line or dumps that disagree.\n";
+
+void printEnv() {
   printf("%-32s %-16s %-16s %s\n", "VARIABLE", "VALUE", "DEFAULT", "DESCRIPTION");
   for (size_t i = 0; i < paramCount(); i++) {
     Param p = static_cast<Param>(i);
@@ -29,10 +45,8 @@ static void printEnv() {
   if (!unknown.empty()) printf("\nunknown FLAGCX_* variables set (ignored): %s\n", unknown.c_str());
 }
 
-static void printInfo() {
-  int v = 0;
-  flagcxGetVersion(&v);
-  printf("flagcx, FlagCX API %d.%d.%d (README, \"Versions\")\n", v / 10000, (v / 100) % 100, v % 100);
+void printInfo() {
+  printf("%s (README, \"Versions\")\n", flagcxVersionLine().c_str());
   DeviceAdapter *dev = selectedAdapter();
   printf("device adapter : %s (FLAGCX_DEVICE=%s)\n", dev ? dev->name() : "none",
          paramStr(Param::DEVICE).c_str());
@@ -45,25 +59,33 @@ static void printInfo() {
   printf("variables      : %zu (flagcx-info --env lists them)\n", paramCount());
 }
 
+int badUsage(const std::string &why) {
+  fprintf(stderr, "flagcx-info: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "--env") == 0) {
-    printEnv();
-    return 0;
-  }
-  if (argc > 1 && strcmp(argv[1], "--compare-dumps") == 0) {
+  std::string opt = argc > 1 ? argv[1] : "";
+  if (opt == "--compare-dumps") {
+    if (argc < 3) return badUsage("--compare-dumps needs at least one FILE");
     std::vector<std::string> files(argv + 2, argv + argc);
     bool ok = false;
     printf("%s", compareFlightDumps(files, &ok).c_str());
     return ok ? 0 : 2;
   }
-  if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-    printf("usage: flagcx-info [--env | --compare-dumps FILES...]\n");
-    return 0;
+  if (argc > 2) return badUsage(opt + " takes no argument (got " + argv[2] + ")");
+  if (opt == "-h" || opt == "--help") {
+    fputs(kUsage, stdout);
+  } else if (opt == "--version") {
+    printf("%s\n", flagcxVersionLine().c_str());
+  } else if (opt == "--env") {
+    printEnv();
+  } else if (opt.empty()) {
+    printInfo();
+  } else {
+    return badUsage("unknown option " + opt);
   }
-  if (argc > 1) {
-    fprintf(stderr, "flagcx-info: unknown argument %s\nusage: flagcx-info [--env | --compare-dumps FILES...]\n", argv[1]);
-    return 2;
-  }
-  printInfo();
   return 0;
 }

@@ -65,11 +65,15 @@ struct Options {
   std::vector<const TypeInfo *> types;
   std::vector<const RedInfo *> redops;
   std::string algo, json;
+  std::string given;  // the flags on the command line, in order ('N': --repeat)
 };
 
 // 0: parsed; 2: bad flags (*err says why); 3: -h.
 int parseOptions(int argc, char **argv, Options *o, std::string *err);
-void usage(FILE *f, const char *prog);
+// The help: every flag the collective benchmarks take, or with `oneSided`
+// those test_put/test_get/test_putsignal take (oneSidedTakes).
+void usage(FILE *f, const char *prog, bool oneSided = false);
+bool oneSidedTakes(char flag);
 
 struct Layout {  // one call's shape at one size
   size_t bytes = 0;    // reported size

@@ -25,6 +25,7 @@
 
 #include "bench.h"
 #include "flagcx.h"
+#include "tools/version_line.h"
 
 namespace perf {
 
@@ -118,9 +119,13 @@ struct Stats {
   }
   double lo() const { return runs.empty() ? 0 : *std::min_element(runs.begin(), runs.end()); }
   double hi() const { return runs.empty() ? 0 : *std::max_element(runs.begin(), runs.end()); }
-  double spread() const {  // (max - min) / median
+  // (max - min) / median in percent; "-" with fewer than two runs (not measured).
+  std::string spreadText() const {
     double m = median();
-    return m > 0 ? (hi() - lo()) / m : 0;
+    if (runs.size() < 2 || m <= 0) return "-";
+    char t[32];
+    snprintf(t, sizeof(t), "%.1f", (hi() - lo()) / m * 100);
+    return t;
   }
 };
 
@@ -181,13 +186,13 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
     char rootStr[16], wrongStr[24];
     snprintf(rootStr, sizeof(rootStr), b.op->rooted ? "%d" : "-", root);
     if (b.opt.check) snprintf(wrongStr, sizeof(wrongStr), "%llu", all);
-    else snprintf(wrongStr, sizeof(wrongStr), "N/A");
-    printf("%12zu %12zu %9s %5s %5s %11.2f %6.1f %8.3f %8.3f %7s", l.bytes,
+    else snprintf(wrongStr, sizeof(wrongStr), "-");
+    printf("%12zu %12zu %9s %5s %5s %11.2f %6s %8.3f %8.3f %7s", l.bytes,
            l.bytes / getFlagcxDataTypeSize(t.dt), t.name, b.op->reduces ? red.name : "none", rootStr,
-           time * 1e6, fx.spread() * 100, algbw, busbw, wrongStr);
+           time * 1e6, fx.spreadText().c_str(), algbw, busbw, wrongStr);
     if (b.opt.mpi) {
       if (withMpi)
-        printf("  %11.2f %6.1f %8.3f %6.2f", mpiTime * 1e6, mpi.spread() * 100, mpiBus,
+        printf("  %11.2f %6s %8.3f %6.2f", mpiTime * 1e6, mpi.spreadText().c_str(), mpiBus,
                time > 0 ? mpiTime / time : 0);
       else
         printf("  %11s %6s %8s %6s", "-", "-", "-", "-");
@@ -231,10 +236,8 @@ void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char
   }
   std::string hosts;
   for (auto &h : hostNames) hosts += (hosts.empty() ? "" : ",") + h;
-  int version = 0;
-  flagcxGetVersion(&version);
-  printf("# flagcx %d.%d.%d benchmark: %s (%s)\n", version / 10000, version / 100 % 100,
-         version % 100, b.op->name, prog);
+  printf("# flagcx %s benchmark: %s (%s); FlagCX API %s\n", FLAGCX_LIB_VERSION, b.op->name, prog,
+         flagcxApiLevel().c_str());
   printf("# ranks: %d on %d host(s) [%s], %d per host; device: %s\n", b.nranks, b.nhosts,
          hosts.c_str(), b.localRanks, vendor);
   const char *shmOff = getenv("FLAGCX_SHM_DISABLE");
@@ -456,6 +459,15 @@ int run(const char *opName, int argc, char **argv) {
     MPI_Comm_size(local, &b.localRanks);
     MPI_Comm_rank(local, &b.localRank);
     MPI_Comm_free(&local);
+    // -r must name a rank of every group: refused before any flagcx call.
+    int fewest = 0;
+    MPI_Allreduce(&b.nranks, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (op->rooted && opt.root >= fewest) {
+      if (b.worldRank == 0)
+        fprintf(stderr, "%s: -r %d is out of range: %d ranks (0..%d)\n", prog, opt.root, fewest, fewest - 1);
+      MPI_Finalize();
+      return 2;
+    }
   }
   char name[MPI_MAX_PROCESSOR_NAME] = "";
   int nameLen = 0;
@@ -500,18 +512,17 @@ int run(const char *opName, int argc, char **argv) {
   if ((r = b.dev->streamCreate(&b.stream)) != flagcxSuccess) fail(b, "streamCreate", r);
   if (b.printer() && !opt.json.empty()) {
     b.json = fopen(opt.json.c_str(), "a");
-    if (!b.json) fprintf(stderr, "%s: cannot open %s: %s\n", prog, opt.json.c_str(), strerror(errno));
+    if (!b.json) {
+      fprintf(stderr, "%s: -J: cannot open %s: %s\n", prog, opt.json.c_str(), strerror(errno));
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
   }
   printHeader(b, hostNames, prog);
 
   std::vector<size_t> sizes = sizeList(opt);
   std::vector<int> roots;
-  int rc = 0;
   if (op->rooted) {
-    if (opt.root >= b.nranks) {
-      if (b.printer()) fprintf(stderr, "%s: -r %d: only %d ranks\n", prog, opt.root, b.nranks);
-      rc = 2;
-    } else if (opt.root >= 0) {
+    if (opt.root >= 0) {
       roots = {opt.root};
     } else {
       for (int i = 0; i < b.nranks; i++) roots.push_back(i);
@@ -557,14 +568,14 @@ int run(const char *opName, int argc, char **argv) {
   // Every group's problems count (each group's ranks agree on theirs).
   unsigned long long mine = b.rank == 0 ? b.totalWrong : 0, total = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-  if (b.worldRank == 0 && rc == 0) {
+  if (b.worldRank == 0) {
     printf("# %s: %llu wrong element(s), overrun(s) or changed send buffer(s)%s\n",
            total ? "FAILED" : "OK", total, opt.check ? "" : " (check off)");
     fflush(stdout);
   }
   MPI_Comm_free(&b.mpiComm);
   MPI_Finalize();
-  return rc ? rc : total ? 1 : 0;
+  return total ? 1 : 0;
 }
 
 }  // namespace perf

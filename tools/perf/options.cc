@@ -66,48 +66,87 @@ const OpInfo *findOp(const char *name) {
   return nullptr;
 }
 
-void usage(FILE *f, const char *prog) {
-  fprintf(f,
-          "usage: mpiexec -n N %s [flags]\n"
-          "  -b BYTES   smallest size (K/M/G suffixes, binary), default 1K\n"
-          "  -e BYTES   largest size, default 64M\n"
-          "  -f N       multiply the size by N each step, default 2\n"
-          "  -w N       warm-up calls per point, at least N (default 5) ...\n"
-          "  -W MS      ... and for at least MS milliseconds (default 100; 0: count only)\n"
-          "  -n N       timed calls per repetition, at least N (default 20) ...\n"
-          "  -T MS      ... and enough to last about MS milliseconds (default 50; 0: count only)\n"
-          "  --repeat N timed repetitions per point; the median is reported with the\n"
-          "             spread (max-min)/median of the N, default 1\n"
-          "  -p 0|1     print an excerpt of rank 0's result buffer, default 0\n"
-          "  -r ROOT    root of rooted ops, default: every root in turn\n"
-          "  -d TYPE    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or all "
-          "(default float; a comma list works too)\n"
-          "  -o OP      sum prod max min avg, or all (default sum; a comma list works too)\n"
-          "  -c 0|1     check every element of the results, default 1\n"
-          "  -m 0|1     also time MPI's own collective on the same buffers, default 0\n"
-          "  -I 0|1     1: in place, one buffer holds input and result (nccl-tests' layout:\n"
+namespace {
+
+// Every flag of parseOptions, with what it means for the collective
+// benchmarks and for the one-sided ones (nullptr: not taken there).
+struct FlagHelp {
+  char flag;  // 'N': --repeat
+  const char *coll, *oneSided;
+};
+const FlagHelp kFlagHelp[] = {
+    {'b', "-b BYTES   smallest size (K/M/G suffixes, binary), default 1K",
+     "-b BYTES   smallest size (K/M/G suffixes, binary), default 1K; test_putsignal -b 0\n"
+     "             adds a row of flagcxSignal alone"},
+    {'e', "-e BYTES   largest size, default 64M", "-e BYTES   largest size, default 64M"},
+    {'f', "-f N       multiply the size by N each step, 1..1048576, default 2",
+     "-f N       multiply the size by N each step (at least 2), default 2"},
+    {'w', "-w N       warm-up calls per point, at least N (default 5) ...",
+     "-w N       warm-up calls per size, at least N (default 5) ..."},
+    {'W', "-W MS      ... and for at least MS milliseconds (default 100; 0: count only)",
+     "-W MS      ... and for at least MS milliseconds (default 100)"},
+    {'n', "-n N       timed calls per repetition, at least N (default 20) ...",
+     "-n N       timed calls per size, at least N (default 20) ..."},
+    {'T', "-T MS      ... and enough to last about MS milliseconds (default 50; 0: count only)",
+     "-T MS      ... and enough to last about MS milliseconds (default 50; 0: count only)"},
+    {'N', "--repeat N timed repetitions per point, 1..1000; the median is reported with\n"
+          "             the spread (max-min)/median of the N (\"-\" when N is 1), default 1",
+     nullptr},
+    {'p', "-p 0|1     print an excerpt of rank 0's result buffer, default 0", nullptr},
+    {'r', "-r ROOT    root of rooted ops, 0..ranks-1; -1 (default): every root in turn", nullptr},
+    {'d', "-d TYPE    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or\n"
+          "             all (default float; a comma list works too)", nullptr},
+    {'o', "-o OP      sum prod max min avg, or all (default sum; a comma list works too)", nullptr},
+    {'c', "-c 0|1     check every element of the results, default 1 (0: #wrong prints -)",
+     "-c 0|1     check every byte that moved, default 1 (0: wrong prints -)"},
+    {'m', "-m 0|1     also time MPI's own collective on the same buffers, default 0",
+     "-m 0|1     also time MPI passive-target RMA (MPI_Put/MPI_Get + MPI_Win_flush;\n"
+     "             putsignal: MPI_Put + flush + a zero-byte message), default 0"},
+    {'I', "-I 0|1     1: in place, one buffer holds input and result (nccl-tests' layout:\n"
           "             the send block at this rank's place in the receive buffer, or the\n"
           "             receive block in the send buffer; MPI gets MPI_IN_PLACE); every op\n"
-          "             but alltoallv and sendrecv; default 0\n"
-          "  -a NAME    force the algorithm (FLAGCX_ALGO=<op>:NAME; flagcx-algo list shows names)\n"
-          "  -s MASK    split mask (FlagCX's): ranks r and q share a communicator when\n"
-          "             r & MASK == q & MASK; octal, decimal or 0x hex; default 0\n"
-          "  -R 0|1     1: buffers from flagcxMemAlloc, registered with flagcxCommRegister\n"
-          "             (FlagCX's -R 1); default 0 (the device adapter's deviceMalloc)\n"
-          "  -M 0|1     1: buffers from the heap (posix_memalign), like torch's CPU tensors;\n"
-          "             host adapter only, not with -R 1; default 0\n"
-          "  -F FORMAT  table (default) or flagcx: FlagCX's own result lines\n"
-          "  -J FILE    append every row to FILE as one JSON object per line\n"
-          "  -h         this help\n"
-          "Sizes are the largest buffer of the call, as in nccl-tests; time is the slowest\n"
-          "rank's average per call; busbw = algbw x the op's nccl-tests factor.  Before any\n"
-          "timing, one untimed call of every size (both sides); each point then warms up\n"
-          "(-w, -W) and times --repeat runs (-n, -T), flagcx and the MPI baseline alike.\n"
-          "The results of the first call and of every timed run are checked: every\n"
-          "element, the guard bytes after the receive buffer, the send buffer unchanged.\n"
-          "In place, timed calls run on their predecessors' results (a sum grows), so\n"
-          "after each timed run the inputs are written again and one more call is checked.\n",
-          prog);
+          "             but alltoallv and sendrecv; default 0", nullptr},
+    {'a', "-a NAME    force the algorithm (FLAGCX_ALGO=<op>:NAME; flagcx-algo list shows names)",
+     nullptr},
+    {'s', "-s MASK    split mask (FlagCX's): ranks r and q share a communicator when\n"
+          "             r & MASK == q & MASK; octal, decimal or 0x hex; default 0", nullptr},
+    {'R', "-R 0|1     1: buffers from flagcxMemAlloc, registered with flagcxCommRegister\n"
+          "             (FlagCX's -R 1; its -R 2 is refused); default 0 (the device\n"
+          "             adapter's deviceMalloc)", nullptr},
+    {'M', "-M 0|1     1: buffers from the heap (posix_memalign), like torch's CPU tensors;\n"
+          "             host adapter only, not with -R 1; default 0", nullptr},
+    {'F', "-F FORMAT  table (default) or flagcx: FlagCX's own result lines", nullptr},
+    {'J', "-J FILE    append every row to FILE as one JSON object per line", nullptr},
+    {'h', "-h, --help this help", "-h, --help this help"},
+};
+
+}  // namespace
+
+bool oneSidedTakes(char flag) {
+  for (const FlagHelp &h : kFlagHelp)
+    if (h.flag == flag) return h.oneSided != nullptr;
+  return false;
+}
+
+void usage(FILE *f, const char *prog, bool oneSided) {
+  fprintf(f, "usage: mpiexec -n N %s [flags]\n", prog);
+  for (const FlagHelp &h : kFlagHelp)
+    if (const char *text = oneSided ? h.oneSided : h.coll) fprintf(f, "  %s\n", text);
+  if (oneSided) {
+    fputs("Ranks pair up (r and r^1, an even count); the even rank of a pair initiates.\n"
+          "Time is the slowest rank's per call (putsignal: half the round trip).\n", f);
+    return;
+  }
+  fputs("Sizes are the largest buffer of the call, as in nccl-tests; time is the slowest\n"
+        "rank's average per call; busbw = algbw x the op's nccl-tests factor.  Before any\n"
+        "timing, one untimed call of every size (both sides); each point then warms up\n"
+        "(-w, -W) and times --repeat runs (-n, -T), flagcx and the MPI baseline alike.\n"
+        "The results of the first call and of every timed run are checked: every\n"
+        "element, the guard bytes after the receive buffer, the send buffer unchanged.\n"
+        "In place, timed calls run on their predecessors' results (a sum grows), so\n"
+        "after each timed run the inputs are written again and one more call is checked.\n"
+        "A column that was not measured prints -.  Exit status: 0 all correct, 1 a wrong\n"
+        "result, 2 a bad command line.\n", f);
 }
 
 namespace {
@@ -179,6 +218,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
                                  {nullptr, 0, nullptr, 0}};
   while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:I:M:h", kLong, nullptr)) != -1) {
     bool ok = true;
+    o->given += static_cast<char>(c);
     switch (c) {
       case 'b': ok = parseBytes(optarg, &o->minBytes); break;
       case 'e': ok = parseBytes(optarg, &o->maxBytes); break;
@@ -226,7 +266,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
         ok = parseList(optarg, kRedOps, [](std::string s) { return s; }, &o->redops);
         break;
       case 'a': o->algo = optarg; ok = !o->algo.empty(); break;
-      case 'J': o->json = optarg; break;
+      case 'J': o->json = optarg; ok = !o->json.empty(); break;
       case 'h': return 3;
       default:
         *err = optopt ? std::string("unknown flag or missing value: -") + static_cast<char>(optopt)

@@ -17,8 +17,10 @@ import torch.distributed as dist
 
 from . import _C
 from ._C import ProcessGroupFlagcx
+from ._version import __version__
 
-__all__ = ["ProcessGroupFlagcx", "device", "version", "env_from_mpi", "BACKEND"]
+__all__ = ["ProcessGroupFlagcx", "device", "version", "api_version", "env_from_mpi", "BACKEND",
+           "__version__"]
 
 BACKEND = "flagcx"
 
@@ -29,8 +31,15 @@ def device():
 
 
 def version():
-    """What flagcxGetVersion reports, as 'major.minor.patch' (the FlagCX API
-    level the library implements)."""
+    """The flagcx release this module belongs to, as 'major.minor.patch'
+    (``__version__``: the library's version, also its pkg-config and CMake
+    version)."""
+    return __version__
+
+
+def api_version():
+    """What flagcxGetVersion reports, as 'major.minor.patch': the FlagCX API
+    level the library implements (README, "Versions")."""
     v = _C.version()
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
 

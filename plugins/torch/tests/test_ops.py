@@ -349,9 +349,15 @@ checks += 1
 if sorted(hits) != [0.0, W * 1.0, W * 2.0, W * 3.0]:
     failures.append("callbacks at destroy")
     print(f"rank {rank}: FAIL callbacks pending at destroy: {hits}", flush=True)
+# flagcx.__version__ is the project version meson passes (plugins/torch/tests/meson.build).
+checks += 1
+if flagcx.__version__ != os.environ.get("EXPECT_FLAGCX_VERSION", flagcx.__version__):
+    failures.append("__version__")
+    print(f"rank {rank}: FAIL flagcx.__version__ {flagcx.__version__}, the project's "
+          f"{os.environ['EXPECT_FLAGCX_VERSION']}", flush=True)
 if failures:
     print(f"rank {rank}: {len(failures)} of {checks} checks failed: {failures}", flush=True)
     sys.exit(1)
 print(f"rank {rank}/{world}: all {checks} checks passed ({args.device} tensors, backend "
-      f"{args.backend}, flagcx {flagcx.version()} on {flagcx.device()}, torch {torch.__version__})",
+      f"{args.backend}, flagcx {flagcx.__version__} (FlagCX API {flagcx.api_version()}) on {flagcx.device()}, torch {torch.__version__})",
       flush=True)
