@@ -34,13 +34,15 @@ std::string tagText(uint64_t tag) {
     return b;
   }
   unsigned op = (tag >> 36) & 0xF;
+  unsigned root = (tag >> 20) & 0xFFF;  // all ones: the op has no root
+  char rootText[24] = "";
+  if (root != 0xFFF) snprintf(rootText, sizeof(rootText), ", root %u", root);
   char b[160];
-  snprintf(b, sizeof(b), "%s #%llu (%s, count %llu, root %llu)",
+  snprintf(b, sizeof(b), "%s #%llu (%s, count %llu%s)",
            op < static_cast<unsigned>(OpKind::Count) ? opName(static_cast<OpKind>(op)) : "?",
            static_cast<unsigned long long>(tagSeq(tag)),
            dtypeName(static_cast<flagcxDataType_t>((tag >> 32) & 0xF)),
-           static_cast<unsigned long long>(tag & 0xFFFFF),
-           static_cast<unsigned long long>((tag >> 20) & 0xFFF));
+           static_cast<unsigned long long>(tag & 0xFFFFF), rootText);
   return b;
 }
 

@@ -22,7 +22,7 @@ extern "C" const char *flagcxGetErrorString(flagcxResult_t result) {
     case flagcxInternalError: return "internal error (a bug in flagcx)";
     case flagcxInvalidArgument: return "invalid argument";
     case flagcxInvalidUsage: return "invalid usage";
-    case flagcxRemoteError: return "remote process exited or there was a network error";
+    case flagcxRemoteError: return "a peer failed, exited or did not answer in time (flagcxGetLastError names it)";
     case flagcxInProgress: return "operation in progress";
     case flagcxUnhandledCCLError: return "unhandled error from the vendor collective library";
     case flagcxNotSupported: return "not supported";

@@ -31,6 +31,15 @@ std::mutex g_mu;
 LogState g_state;
 std::atomic<bool> g_ready{false};
 thread_local int t_rank = -1;
+// The "[rank]" field of a line: "-" on threads that act for no rank
+// (process-wide messages: the environment, the unique id).
+struct RankField {
+  char text[16];
+  RankField() {
+    if (t_rank < 0) snprintf(text, sizeof(text), "-");
+    else snprintf(text, sizeof(text), "%d", t_rank);
+  }
+};
 thread_local char t_lastError[1024];
 char g_lastError[1024];
 
@@ -103,17 +112,17 @@ void initLocked() {
   for (const ParamNote &n : paramsNotes()) {
     if (g_state.level < (n.warn ? LogLevel::Warn : LogLevel::Info)) continue;
     if (!n.warn && !(g_state.mask & kEnv)) continue;
-    int len = snprintf(line, sizeof(line), "%s:%d:%ld [%d] flagcx %s ENV %s\n", g_state.host,
-                       getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank,
+    int len = snprintf(line, sizeof(line), "%s:%d:%ld [%s] flagcx %s ENV %s\n", g_state.host,
+                       getpid(), static_cast<long>(syscall(SYS_gettid)), RankField().text,
                        n.warn ? "WARN" : "INFO", n.text.c_str());
     writeLocked(line, std::min(static_cast<size_t>(len), sizeof(line) - 1));
   }
   std::string unknown = paramsUnknownNames();
   if (!unknown.empty() && g_state.level >= LogLevel::Warn) {
     int len = snprintf(line, sizeof(line),
-                       "%s:%d:%ld [%d] flagcx WARN ENV unknown variable(s) %s ignored; "
+                       "%s:%d:%ld [%s] flagcx WARN ENV unknown variable(s) %s ignored; "
                        "`flagcx-info --env` lists the known ones\n",
-                       g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank,
+                       g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), RankField().text,
                        unknown.c_str());
     writeLocked(line, std::min(static_cast<size_t>(len), sizeof(line) - 1));
   }
@@ -190,10 +199,14 @@ static void vlog(LogLevel level, uint32_t subsys, const char *file, int line, co
                    : level == LogLevel::Trace ? "TRACE" : "VERSION";
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
+  // Argument errors carry no source location (line 0): the message names
+  // the function and the argument.
+  char where[160] = "";
+  if (line > 0) snprintf(where, sizeof(where), " (%s:%d)", base, line);
   char lineBuf[1400];
-  int n = snprintf(lineBuf, sizeof(lineBuf), "%s:%d:%ld [%d] flagcx %s %s %s (%s:%d)\n",
-                   g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)), t_rank, lv,
-                   subsysName(subsys), msg, base, line);
+  int n = snprintf(lineBuf, sizeof(lineBuf), "%s:%d:%ld [%s] flagcx %s %s %s%s\n",
+                   g_state.host, getpid(), static_cast<long>(syscall(SYS_gettid)),
+                   RankField().text, lv, subsysName(subsys), msg, where);
   if (n >= static_cast<int>(sizeof(lineBuf))) {  // cut, but still one line
     n = sizeof(lineBuf) - 1;
     lineBuf[n - 1] = '\n';

@@ -97,6 +97,14 @@ bool inRange(const std::string &spec, int64_t v) {
   return false;
 }
 
+// A variable's default as a warning names it: "-2 (auto)" where -2 is the
+// auto value (every variable whose doc says "-2 (auto)").
+std::string defaultText(const ParamInfo &pi) {
+  std::string d = pi.def;
+  if (d == "-2" && strstr(pi.doc, "-2 (auto)")) d += " (auto)";
+  return d;
+}
+
 // "1..|-2" as "1 or more, or -2".
 std::string rangeText(const std::string &spec) {
   std::string out;
@@ -173,11 +181,12 @@ Values *load() {
       if (env && *env) {
         int64_t parsed;
         if (!parseInt(env, &parsed)) {
-          warnNote(v, "%s=\"%s\" is not an integer; using %s", pi.name, env, pi.def);
+          warnNote(v, "%s=\"%s\" is not an integer; using %s", pi.name, env,
+                   defaultText(pi).c_str());
           v->str[i] = pi.def;
         } else if (*pi.check && !inRange(pi.check, parsed)) {
           warnNote(v, "%s=%s is not accepted (%s); using %s", pi.name, env,
-                   rangeText(pi.check).c_str(), pi.def);
+                   rangeText(pi.check).c_str(), defaultText(pi).c_str());
           v->str[i] = pi.def;
         } else {
           n = parsed;

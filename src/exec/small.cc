@@ -196,6 +196,14 @@ uint64_t blockTag(const CollItem &ci) {
 }
 }  // namespace
 
+std::string rankSetText(uint32_t ranks) {
+  std::string out;
+  int count = 0;
+  for (int q = 0; q < 32; q++)
+    if (ranks >> q & 1u) out += (count++ ? ", " : "") + std::to_string(q);
+  return (count == 1 ? "rank " : "ranks ") + out;
+}
+
 flagcxResult_t blockMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
   s->smallNote = {mine, theirs};
   if (theirs)
@@ -283,14 +291,16 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
 
   // 1. Every peer has read what this rank last put in slot p.
   const uint64_t last = sm->lastUse[p];  // 0: never used
+  uint32_t missing = 0;
   flagcxResult_t r = waitUntil(s, what, [&] {
     for (int q = 0; q < n && last; q++) {
       if (q == me || sm->seen[static_cast<size_t>(q)] > last) continue;
       sm->seen[static_cast<size_t>(q)] = sm->newest(q);
+      missing = 1u << q;
       if (sm->seen[static_cast<size_t>(q)] <= last) return flagcxInProgress;
     }
     return flagcxSuccess;
-  });
+  }, &missing);
   if (r != flagcxSuccess) return r;
 
   // 2. Publish: data, tag, then the word (release).
@@ -341,8 +351,9 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
         }
       }
     }
+    missing = everyone & ~arrived;
     return arrived == everyone ? flagcxSuccess : flagcxInProgress;
-  });
+  }, &missing);
   if (r != flagcxSuccess) return r;
   // Every peer has now finished its earlier calls, so whatever they sent on
   // the rings has landed: when this rank used the rings since its last look,

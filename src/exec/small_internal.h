@@ -144,9 +144,12 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
 // Waits, with the engine's usual checks, until `ready()` holds: abort, a
 // peer that gave up (its error frame, seen through the Conns), a peer that
 // died, FLAGCX_TIMEOUT.  `ready` returns flagcxInProgress while it does not
-// hold.
+// hold.  `missing`, when given, is the set of ranks `ready` still waits for
+// (bit q: rank q), which the timeout's warning names.
+std::string rankSetText(uint32_t ranks);  // "rank 1", "ranks 1, 3"
 template <class Ready>
-flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
+flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready,
+                         const uint32_t *missing = nullptr) {
   for (int i = 0; i < 256; i++) {  // the common case: a few hundred nanoseconds
     flagcxResult_t r = ready();
     if (r != flagcxInProgress) return r;
@@ -164,13 +167,16 @@ flagcxResult_t waitUntil(ExecState *s, const char *what, Ready ready) {
       for (auto &c : *s->env.conns)
         if (c && (r = c->checkAlive()) != flagcxSuccess) {
           std::string cause = lastErrorText();
+          if (cause.empty()) cause = "its process exited";
           WARN(kColl, "rank %d: %s: rank %d is gone: %s", s->rank, what, c->peer(), cause.c_str());
           return r;
         }
       if (wait.expired()) {
-        WARN(kColl, "rank %d: %s: a peer did not arrive within FLAGCX_TIMEOUT=%llds", s->rank,
-             what, static_cast<long long>(paramInt(Param::TIMEOUT)));
-        return flagcxSystemError;
+        std::string who = missing && *missing ? rankSetText(*missing) : "a peer";
+        WARN(kColl, "rank %d: %s: %s did not reach this call within FLAGCX_TIMEOUT=%llds "
+             "(alive, but in another call or none)", s->rank, what, who.c_str(),
+             static_cast<long long>(paramInt(Param::TIMEOUT)));
+        return flagcxRemoteError;
       }
     }
     wait.idle();

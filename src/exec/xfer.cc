@@ -213,11 +213,13 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
       std::string pending;
       for (auto &x : xs)
         if (!x.done && pending.size() < 200)
-          pending += std::string(pending.empty() ? "" : ", ") + (x.isSend ? "send to " : "recv from ") +
-                     std::to_string(x.peer);
-      WARN(kColl, "rank %d: %s: nothing moved for FLAGCX_TIMEOUT=%llds; still waiting on: %s",
+          pending += std::string(pending.empty() ? "" : ", ") +
+                     (x.isSend ? "rank " + std::to_string(x.peer) + " to take a message"
+                               : "a message from rank " + std::to_string(x.peer));
+      WARN(kColl, "rank %d: %s: nothing moved for FLAGCX_TIMEOUT=%llds; waiting for %s "
+           "(a peer in another call, or none, looks like this)",
            s->rank, what, static_cast<long long>(paramInt(Param::TIMEOUT)), pending.c_str());
-      return flagcxSystemError;
+      return flagcxRemoteError;
     }
     if (wait.spinning() || !sleepOnConns(s, xs)) wait.idle();
   }

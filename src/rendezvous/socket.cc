@@ -169,8 +169,14 @@ flagcxResult_t findLocalAddress(SockAddr *out, std::string *ifname) {
   }
   freeifaddrs(list);
   if (!found) {
-    WARN(kBootstrap, "no usable network interface (FLAGCX_SOCKET_IFNAME=\"%s\", FLAGCX_SOCKET_FAMILY=\"%s\")",
-         filter.c_str(), fam.c_str());
+    // A filter that matches nothing is the user's argument; no interface
+    // with an address at all is the system's state.
+    if (!filter.empty() || !fam.empty()) {
+      WARN(kBootstrap, "FLAGCX_SOCKET_IFNAME=\"%s\" / FLAGCX_SOCKET_FAMILY=\"%s\" match no interface "
+           "that is up with an address (see `ip -brief address`)", filter.c_str(), fam.c_str());
+      return flagcxInvalidArgument;
+    }
+    WARN(kBootstrap, "no network interface is up with an address");
     return flagcxSystemError;
   }
   return flagcxSuccess;
