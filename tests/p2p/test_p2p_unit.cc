@@ -22,12 +22,14 @@ namespace {
 
 uintptr_t u(const void *p) { return reinterpret_cast<uintptr_t>(p); }
 
-// The engine's address as a connectable host and port: its metadata.
+// The engine's address as a connectable host: its metadata's session
+// ("KEY@ip:port") without the key and the port.
 std::string engineHost(FlagcxP2pEngine *e) {
   char *meta = nullptr;
   if (flagcxP2pEngineGetMetadata(e, &meta) != 0) return "";
   std::string session(meta, std::strcspn(meta, "?"));
   delete[] meta;
+  session = session.substr(session.find('@') + 1);
   std::string host = session.substr(0, session.rfind(':'));
   if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
   return host;
