@@ -221,6 +221,7 @@ void acceptOn(FlagcxP2pEngine *e, Door *d, int lfd, bool door) {
     if (door) {
       p = greetAtDoor(e, d, s);
     } else {
+      setNoDelay(s);  // the handshake's small messages go at once
       p = std::make_unique<Pending>();
       p->fd = s;
       p->since = Clock::now();

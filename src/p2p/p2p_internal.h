@@ -48,8 +48,6 @@ struct Region {
 
 
 // ---- transfers -----------------------------------------------------------
-enum class Op : uint8_t { Write = 1, Read = 2, Notif = 3, Send = 4, Table = 5, Bye = 6 };
-
 // One contiguous piece: local bytes <-> remote bytes.
 struct Seg {
   uint64_t local;   // initiator's address

@@ -74,6 +74,7 @@ struct DoorProof {
 };
 
 // ---- lanes ---------------------------------------------------------------
+enum class Op : uint8_t { Write = 1, Read = 2, Notif = 3, Send = 4, Table = 5, Bye = 6 };
 constexpr uint32_t kReqMagic = 0x50325051;  // "QP2P"
 constexpr uint32_t kRespMagic = 0x50325052;
 constexpr uint32_t kMaxSegsPerReq = 1u << 20;
