@@ -142,7 +142,7 @@ bool listenAll(FlagcxP2pEngine *e, Door *d, int port) {
       d->loop = l;
       loop = true;
     }
-    if (!same && lfd < 0 && (err == EADDRINUSE || fam == AF_INET)) all = false;
+    if (!same && lfd < 0 && err == EADDRINUSE) all = false;  // elsewhere: no such loopback
   }
   d->unixFd = listenDoor(port);
   return all && d->unixFd >= 0;
@@ -367,6 +367,12 @@ std::shared_ptr<FlagcxP2pConn> acceptNext(FlagcxP2pEngine *e, Clock::time_point 
         e->ready.pop_front();
         c->ready = false;
         c->userOwned = forUser;  // under connMu: the janitor never frees one handed out
+        if (!forUser) {
+          std::lock_guard<std::mutex> rk(c->recvMu);
+          c->orphan.store(true);
+          for (auto &m : c->recvQ) c->recvBytes -= m.bytes.size();
+          c->recvQ.clear();
+        }
         return c;
       }
     }

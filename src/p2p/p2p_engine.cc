@@ -158,16 +158,16 @@ void flagcxP2pEngineStopAccept(FlagcxP2pEngine *engine) {
 void flagcxP2pEngineDestroy(FlagcxP2pEngine *engine) {
   if (!engine) return;
   flagcxP2pEngineStopAccept(engine);
-  {
-    std::lock_guard<std::mutex> lk(engine->acceptMu);
-    doorClose(engine);  // handshake threads end (their connections are adopted first)
-  }
-  {
+  {  // first: the janitor also joins handshake threads
     std::lock_guard<std::mutex> lk(engine->janMu);
     engine->janStop = true;
     engine->janCv.notify_one();
   }
   engine->janitor.join();
+  {
+    std::lock_guard<std::mutex> lk(engine->acceptMu);
+    doorClose(engine);  // handshake threads end (their connections are adopted first)
+  }
   {
     std::lock_guard<std::mutex> lk(g_engineMu);
     g_engines.erase(engine->id);

@@ -125,6 +125,9 @@ struct FlagcxP2pConn {
   // while it waits in the engine's ready queue for Accept.
   bool userOwned = false;
   bool ready = false;
+  // Taken by the RPC server: no call can ever Recv on it, so its messages
+  // are refused (and none is kept).
+  std::atomic<bool> orphan{false};
   std::mutex releaseMu;   // release(): threads joined and fds closed, once
   bool released = false;
 

@@ -142,7 +142,7 @@ bool serveMessage(FlagcxP2pConn *c, const ReqHdr &h, int fd, Clock::time_point d
   const uint64_t cap = recvQueueCap();
   if (op == Op::Send) {
     std::lock_guard<std::mutex> lk(c->recvMu);
-    room = h.bytes <= cap && c->recvBytes <= cap - h.bytes;
+    room = !c->orphan.load() && h.bytes <= cap && c->recvBytes <= cap - h.bytes;
     if (room) c->recvBytes += h.bytes;  // reserved before the allocation
   } else {
     room = notifRoom();
@@ -150,8 +150,9 @@ bool serveMessage(FlagcxP2pConn *c, const ReqHdr &h, int fd, Clock::time_point d
   if (!room) {
     WARN(kP2P, "P2P: refused a %s of %lu bytes from %s: %s", op == Op::Send ? "message" : "notification",
          static_cast<unsigned long>(h.bytes), c->peerHost.c_str(),
-         op == Op::Send ? "its unreceived messages would exceed FLAGCX_P2P_RECV_QUEUE_BYTES"
-                        : "too many notifications wait for flagcxP2pEngineGetNotifs");
+         op != Op::Send     ? "too many notifications wait for flagcxP2pEngineGetNotifs"
+         : c->orphan.load() ? "the RPC server took the connection: nothing receives on it"
+                            : "its unreceived messages would exceed FLAGCX_P2P_RECV_QUEUE_BYTES");
     return drain(fd, h.bytes, dl) && reply(fd, kFull, 0, dl);
   }
   std::vector<char> data;
@@ -179,6 +180,10 @@ bool serveMessage(FlagcxP2pConn *c, const ReqHdr &h, int fd, Clock::time_point d
     pushNotif(m);
   } else {
     std::lock_guard<std::mutex> lk(c->recvMu);
+    if (c->orphan.load()) {  // taken by the RPC server meanwhile: kept by nobody
+      c->recvBytes -= data.size();
+      return true;
+    }
     c->recvQ.push_back(RecvMsg{std::move(data)});
     c->recvCv.notify_all();
   }
