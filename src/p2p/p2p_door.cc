@@ -35,6 +35,7 @@ namespace {
 constexpr size_t kMaxPending = 64;  // before authentication (the oldest goes first)
 constexpr size_t kMaxThreads = 8;   // handshakes after authentication, at once
 constexpr size_t kMaxQueued = 64;   // authenticated, waiting for a thread
+constexpr size_t kMaxConns = 1024;  // live connections of an engine: more are refused
 constexpr int kPortTries = 32;      // port 0: ports tried until loopback and the door are free too
 constexpr auto kSlice = std::chrono::milliseconds(200);
 
@@ -260,6 +261,11 @@ void runHandshake(FlagcxP2pEngine *e, Door *d, Handshaking *h, std::unique_ptr<P
   pokeJanitor(e);          // joins this thread
 }
 
+size_t liveConns(FlagcxP2pEngine *e) {
+  std::lock_guard<std::mutex> lk(e->connMu);
+  return e->conns.size();
+}
+
 // Authenticated connections get their thread, at most kMaxThreads at once.
 void startQueued(FlagcxP2pEngine *e, Door *d) {
   std::lock_guard<std::mutex> lk(d->mu);
@@ -269,6 +275,11 @@ void startQueued(FlagcxP2pEngine *e, Door *d) {
     auto h = std::make_unique<Handshaking>();
     std::unique_ptr<Pending> p = std::move(d->queued.front());
     d->queued.pop_front();
+    if (liveConns(e) + running >= kMaxConns) {
+      logDrop(*p, "the engine already holds 1024 connections");
+      close(p->fd);
+      continue;
+    }
     h->fd = p->fd;
     Handshaking *hp = h.get();
     h->th = std::thread(runHandshake, e, d, hp, std::move(p));

@@ -7,10 +7,11 @@
 // 0 set the connection is a kernel-proven same-process one with CMA, whose
 // local addresses must lie in a region of the peer engine (registered too).
 //
-// Input: [mode] then records.  A record is raw bytes ([0][n][n bytes]) or
-// a request: [op][cma][nseg] then per segment [local base][offset hi][lo]
-// [remote base][offset hi][lo][len hi][lo][len mode][key], then up to the
-// header's bytes of payload.  Bases pick a region, the secret, a canary,
+// Input: [mode] then records, each [kind] and then raw bytes ([n][n bytes],
+// kind 0 mod 4) or a request: [op][cma][nseg] then per segment [local base][offset hi][lo]
+// [remote base][offset hi][lo][len hi][lo][len mode][key], then, without
+// segments, [bytes hi][lo]; then [lie] (0 mod 16: 4 more bytes replace the
+// header's byte count) and up to that many bytes of payload.  Bases pick a region, the secret, a canary,
 // 0, the top of the address space or 8 raw bytes; so addresses land near
 // what matters, and anywhere.
 #include <sys/socket.h>
@@ -52,6 +53,11 @@ bool intact(const uint8_t *p, size_t n) {
   return true;
 }
 
+uint64_t u16(fuzz::Reader &in) {
+  uint64_t hi = in.byte();
+  return hi << 8 | in.byte();
+}
+
 uint64_t base(uint8_t sel, fuzz::Reader &in) {
   uint8_t *a = g_arena + kGuard, *b = a + kRegion + kGuard;
   switch (sel % 8) {
@@ -62,27 +68,37 @@ uint64_t base(uint8_t sel, fuzz::Reader &in) {
     case 4: return uintptr_t(g_arena);
     case 5: return 0;
     case 6: return UINT64_MAX - 0xffff;
-    default: return uint64_t(in.u32()) << 32 | in.u32();
+    default: {
+      uint64_t hi = in.u32();
+      return hi << 32 | in.u32();
+    }
   }
+}
+
+// A base, then an offset from it (in that order: the reads are sequenced).
+uint64_t address(fuzz::Reader &in) {
+  uint64_t b = base(in.byte(), in);
+  return b + u16(in);
 }
 
 // One request of the input, appended to `out` in the wire format.
 void request(fuzz::Reader &in, std::vector<uint8_t> *out) {
-  ReqHdr h{kReqMagic, uint8_t(1 + in.byte() % 7), uint8_t(in.byte() & 1), 0, 0, 0, 0};
+  ReqHdr h{kReqMagic, 0, 0, 0, 0, 0, 0};
+  h.op = uint8_t(1 + in.byte() % 7);
+  h.cma = in.byte() & 1;
   h.nseg = in.byte() % 9;
   std::vector<WireSeg> segs(h.nseg);
   for (auto &s : segs) {
-    s.local = base(in.byte(), in) + (uint64_t(in.byte()) << 8 | in.byte());
-    s.remote = base(in.byte(), in) + (uint64_t(in.byte()) << 8 | in.byte());
-    s.len = uint64_t(in.byte()) << 8 | in.byte();
-    uint8_t mode = in.byte();
-    if (mode % 8 == 7) s.len = UINT64_MAX - s.len;  // lengths that wrap
+    s.local = address(in);
+    s.remote = address(in);
+    s.len = u16(in);
+    if (in.byte() % 8 == 7) s.len = UINT64_MAX - s.len;  // lengths that wrap
     uint8_t k = in.byte();
     s.rkey = k % 4 < 3 ? g_keys[k % 4] : in.u32();
     h.bytes += s.len;
   }
-  if (h.nseg == 0) h.bytes = uint64_t(in.byte()) << 8 | in.byte();  // Send, Notif
-  if (in.byte() % 16 == 0) h.bytes = in.u32();                      // a header that lies
+  if (h.nseg == 0) h.bytes = u16(in);                  // Send, Notif
+  if (in.byte() % 16 == 0) h.bytes = in.u32();         // a header that lies
   auto put = [&](const void *p, size_t n) {
     out->insert(out->end(), static_cast<const uint8_t *>(p), static_cast<const uint8_t *>(p) + n);
   };
