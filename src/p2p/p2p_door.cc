@@ -119,7 +119,8 @@ void closeAll(Door *d) {
 }
 
 // The main address at `port` (0: any), then loopback and the door at the
-// same port.  true when all of them listen (or the port was fixed).
+// same port.  true when all of them listen; the caller tries another port
+// (port 0) when one of them was taken.
 bool listenAll(FlagcxP2pEngine *e, Door *d, int port) {
   SockAddr main = e->addr;
   main.setPort(port);

@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "base/log.h"
 #include "base/params.h"
@@ -70,7 +69,6 @@ Info localInfo(FlagcxP2pEngine *e, uint32_t nregions) {
   in.pid = static_cast<int32_t>(getpid());
   in.gpuIdx = e->gpuIdx;
   in.lanes = static_cast<uint32_t>(lanesPerConn());
-  in.hostId = hostId();
   in.engineId = e->id;
   in.cookieAddr = cmaCookieAddr();
   in.cookie = cmaCookie();
@@ -223,25 +221,6 @@ std::shared_ptr<FlagcxP2pConn> offer(FlagcxP2pEngine *e, int fd, const SockAddr 
 }  // namespace
 
 namespace flagcx::p2p {
-
-uint64_t hostId() {
-  static const uint64_t id = [] {
-    const std::string &over = paramStr(Param::HOSTID);
-    std::string s;
-    if (!over.empty()) {
-      s = "hostid=" + over;
-    } else {
-      char host[256] = "";
-      gethostname(host, sizeof(host) - 1);
-      std::string boot;
-      std::ifstream f("/proc/sys/kernel/random/boot_id");
-      std::getline(f, boot);
-      s = std::string("host=") + host + ";boot=" + boot;
-    }
-    return macOf(Secret{}, s.data(), s.size());
-  }();
-  return id;
-}
 
 Secret keyFromEnv(bool *set) {
   Secret k{};

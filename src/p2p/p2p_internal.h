@@ -229,7 +229,6 @@ std::shared_ptr<FlagcxP2pConn> connectSide(FlagcxP2pEngine *e, int fd, const Pee
                                            const SockAddr &peer, const Secret *key,
                                            Clock::time_point dl);
 Secret keyFromEnv(bool *set);
-uint64_t hostId();
 
 // p2p_dial.cc: the connecting side's way in (the local door, else TCP).
 // target: "[KEY@]host:port" (KEY: 32 hex digits, the engine's key).

@@ -19,7 +19,7 @@ struct Info {
   int32_t pid;       // log lines only
   int32_t gpuIdx;
   uint32_t lanes;
-  uint64_t hostId;    // chooses verbs between hosts (a lie only hurts its teller)
+  uint64_t reserved;
   uint64_t engineId;  // same process (kernel-proven): the engine whose regions hold its local addresses
   uint64_t cookieAddr;  // CMA probe: can the kernel-proven pid be read at all?
   uint64_t cookie;
