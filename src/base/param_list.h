@@ -103,7 +103,11 @@ X(FLIGHT_RECORDER_FILE, Str, "", "file the flight recorder is dumped to on error
 // P2P engine
 X(P2P_PORT, Int, "0", "listening port of a P2P engine (0: any)")
 XCHECK(P2P_PORT, "0..65535")
-X(P2P_SECRET, Str, "", "P2P engine: shared secret; engines connect only when theirs are equal (unset counts as one value)")
+X(P2P_SECRET, Str, "", "P2P engine: shared secret; engines connect only when theirs are equal (unset: each engine makes its own key, given to peers in GetMetadata's session; same-host peers of the same user need none)")
+X(P2P_HANDSHAKE_TIMEOUT, Int, "5", "P2P engine: seconds a connection may take to connect and get through its handshake (either side), independent of FLAGCX_TIMEOUT")
+XCHECK(P2P_HANDSHAKE_TIMEOUT, "1..600")
+X(P2P_RECV_QUEUE_BYTES, Int, "67108864", "P2P engine: bytes of Send messages a connection may hold unreceived (Recv not yet called); a message past it is refused")
+XCHECK(P2P_RECV_QUEUE_BYTES, "1..")
 // Read into FlagcxP2pGlobalConfig (flagcx_p2p.h); FlagCX's defaults.
 X(P2P_QPS_PER_CONN, Int, "4", "P2P engine: queue pairs per connection (here: TCP lanes each way)")
 XCHECK(P2P_QPS_PER_CONN, "1..8")

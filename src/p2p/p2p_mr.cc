@@ -241,7 +241,11 @@ namespace flagcx::p2p {
 // as much per piece as the copy of a 32 KiB block.
 int ipcRemote(const char *ipcBuf, size_t len, char **remote, IpcLast *last) {
   static std::mutex mu;
-  static std::map<std::string, void *> imported;  // by the adapter's allocation id
+  struct Imported {
+    void *base;
+    size_t bytes;  // the allocation's size (0: unknown)
+  };
+  static std::map<std::string, Imported> imported;  // by the adapter's allocation id
   DeviceAdapter *dev = deviceAdapter();
   const auto *in = reinterpret_cast<const IpcInfo *>(ipcBuf);
   uint32_t flags;
@@ -257,20 +261,29 @@ int ipcRemote(const char *ipcBuf, size_t len, char **remote, IpcLast *last) {
   }
   size_t idLen = dev->ipcIdBytes();
   if (!last->base || idLen > sizeof(last->id) || memcmp(last->id, in->ref, idLen) != 0) {
-    void *base = nullptr;
+    Imported got{};
     {
       std::lock_guard<std::mutex> lk(mu);
       std::string id(in->ref, idLen);
       auto it = imported.find(id);
       if (it != imported.end()) {
-        base = it->second;
+        got = it->second;
       } else {
-        if (dev->ipcImportBase(in->ref, &base) != flagcxSuccess) return -1;
-        imported.emplace(id, base);
+        if (dev->ipcImportBase(in->ref, &got.base) != flagcxSuccess) return -1;
+        got.bytes = dev->ipcImportedBytes(got.base);
+        imported.emplace(id, got);
       }
     }
-    last->base = base;
+    last->base = got.base;
+    last->bytes = got.bytes;
     memcpy(last->id, in->ref, std::min(idLen, sizeof(last->id)));
+  }
+  // The peer's info names the offset: it must stay inside the allocation
+  // mapped here (where its size is known), whatever the info's own size says.
+  if (last->bytes && (offset > last->bytes || len > last->bytes - offset)) {
+    WARN(kP2P, "P2P IPC: an ipcBufs entry names [+%lu, +%zu) past its allocation's %zu bytes",
+         static_cast<unsigned long>(offset), len, last->bytes);
+    return -1;
   }
   *remote = static_cast<char *>(last->base) + offset;
   return 0;

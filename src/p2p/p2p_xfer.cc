@@ -21,6 +21,9 @@ using namespace flagcx::p2p;
 namespace {
 
 constexpr uint64_t kSpreadMin = 1 << 20;  // below 2x this, one lane carries a transfer
+// Notifications waiting for GetNotifs, at most (512 bytes each: 32 MiB); a
+// peer's notification past it is refused, its SendNotif fails.
+constexpr size_t kMaxNotifs = 1 << 16;
 
 std::atomic<uint64_t> g_nextXfer{1};
 std::mutex g_notifMu;
@@ -260,6 +263,11 @@ void pushNotif(const FlagcxP2pNotifyMsg &m) {
   g_notifs.push_back(m);
 }
 
+bool notifRoom() {
+  std::lock_guard<std::mutex> lk(g_notifMu);
+  return g_notifs.size() < kMaxNotifs;
+}
+
 }  // namespace flagcx::p2p
 
 int flagcxP2pEngineMakeDesc(FlagcxP2pConn *conn, uint64_t remoteVa, uint32_t size,
@@ -390,6 +398,7 @@ int flagcxP2pEngineRecv(FlagcxP2pConn *conn, FlagcxP2pMr, void *data, size_t max
     }
     m = std::move(conn->recvQ.front());
     conn->recvQ.pop_front();
+    conn->recvBytes -= m.bytes.size();
   }
   if (m.bytes.size() > maxSize) {
     WARN(kP2P, "flagcxP2pEngineRecv: the message has %zu bytes, more than maxSize %zu "

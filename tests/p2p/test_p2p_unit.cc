@@ -22,12 +22,14 @@ namespace {
 
 uintptr_t u(const void *p) { return reinterpret_cast<uintptr_t>(p); }
 
-// The engine's address as a connectable host and port: its metadata.
+// The engine's address as a connectable host: its metadata's session
+// ("KEY@ip:port") without the key and the port.
 std::string engineHost(FlagcxP2pEngine *e) {
   char *meta = nullptr;
   if (flagcxP2pEngineGetMetadata(e, &meta) != 0) return "";
   std::string session(meta, std::strcspn(meta, "?"));
   delete[] meta;
+  session = session.substr(session.find('@') + 1);
   std::string host = session.substr(0, session.rfind(':'));
   if (!host.empty() && host.front() == '[') host = host.substr(1, host.size() - 2);
   return host;
@@ -169,6 +171,44 @@ TEST(P2pUnit, TwoEnginesOfOneProcess) {
   for (int k = 0; k < 1000 && flagcxP2pEngineSendNotif(accepted, &n) > 0; k++)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(flagcxP2pEngineSendNotif(accepted, &n), -1);
+  flagcxP2pEngineDestroy(i);
+  flagcxP2pEngineDestroy(t);
+}
+
+// A connection that Accept handed out holds at most
+// FLAGCX_P2P_RECV_QUEUE_BYTES (1 MiB in this test's environment) of messages
+// nobody received yet: Sends past it fail; Recv makes room again.
+TEST(P2pUnit, UnreceivedMessagesAreCapped) {
+  FlagcxP2pEngine *t = flagcxP2pEngineCreate(), *i = flagcxP2pEngineCreate();
+  ASSERT_NE(t, nullptr);
+  ASSERT_NE(i, nullptr);
+  std::vector<char> src(384 << 10, 's'), dst(384 << 10);
+  FlagcxP2pMr ms = 0, md = 0;
+  ASSERT_EQ(flagcxP2pEngineReg(i, u(src.data()), src.size(), ms), 0);
+  ASSERT_EQ(flagcxP2pEngineReg(t, u(dst.data()), dst.size(), md), 0);
+  FlagcxP2pConn *accepted = nullptr;
+  std::thread acc([&] {
+    char ip[64];
+    int gpu = 0;
+    accepted = flagcxP2pEngineAccept(t, ip, sizeof(ip), &gpu);
+  });
+  FlagcxP2pConn *c = flagcxP2pEngineConnect(i, engineHost(t).c_str(), 0, flagcxP2pEngineGetRpcPort(t));
+  acc.join();
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(accepted, nullptr);
+  auto sendOne = [&] {
+    uint64_t id = 0;
+    EXPECT_EQ(flagcxP2pEngineSend(c, ms, src.data(), src.size(), &id), 0);
+    int st;
+    while ((st = flagcxP2pEngineXferState(c, id)) == 0) std::this_thread::yield();
+    return st;
+  };
+  EXPECT_EQ(sendOne(), 1);
+  EXPECT_EQ(sendOne(), 1);   // 768 KiB held
+  EXPECT_EQ(sendOne(), -1);  // 1152 KiB would be too many
+  ASSERT_EQ(flagcxP2pEngineRecv(accepted, md, dst.data(), dst.size()), 0);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(sendOne(), 1);  // room again
   flagcxP2pEngineDestroy(i);
   flagcxP2pEngineDestroy(t);
 }

@@ -141,8 +141,10 @@ bool ioAll(int fd, std::vector<iovec> iov, bool out) {
   return true;
 }
 
+// The host of a session "[KEY@]host:port" (the engine's key travels in it).
 std::string hostOf(const std::string &session) {
-  std::string h = session.substr(0, session.rfind(':'));
+  std::string h = session.substr(session.find('@') + 1);
+  h = h.substr(0, h.rfind(':'));
   if (h.size() > 2 && h.front() == '[') h = h.substr(1, h.size() - 2);
   return h;
 }
