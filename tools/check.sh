@@ -33,7 +33,7 @@ if [ "$asan" = 1 ]; then
   # -O1, not the release build's -O3: the sanitizers' usual level, and it
   # compiles the ASan build 2.5x faster (the test sources most: 47 s -> 17 s
   # for tests/sched/test_sched.cc).  No CUDA: its tests need a GPU and skip
-  # here, while nvcc took 4 min of CPU in this build (session 17).
+  # here, while nvcc took 4 min of CPU in this build.
   asan_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1 -Dcuda=disabled)
   if [ -f build-asan/build.ninja ]; then
     meson configure build-asan "${asan_opts[@]}"
