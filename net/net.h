@@ -4,6 +4,7 @@
 // that the receiver checks before a byte reaches the user's buffer.
 #pragma once
 #include <poll.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +81,12 @@ class Conn {
   // waited on that way (shm: poll it).  Only meaningful right after test()
   // or progress() moved nothing.
   virtual int waitFds(struct pollfd *fds, int max) { return -1; }
+  // The peer's process id as the kernel established it when the Conn was
+  // made (shm: SO_PEERCRED, net/shm/peer_proof.h), in this PID namespace;
+  // 0 when nothing established it (other transports, an unproven peer).
+  // Memory of a peer is only ever reached through this pid, never one the
+  // peer states.
+  virtual pid_t peerPid() const { return 0; }
   // The slice of a large message this Conn moves best, for the engine when
   // FLAGCX_NET_CHUNK_SIZE is auto; 0: the engine's default (512 KiB).
   virtual size_t sliceHint() const { return 0; }
