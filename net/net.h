@@ -117,6 +117,12 @@ class Transport {
                                     int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
 };
 
+// Collective among `peers` (symmetric lists, as connectAll): the pid of
+// each peer's process as the kernel establishes it (net/shm/peer_proof.h),
+// in this PID namespace; 0 where it cannot (another host, network or PID
+// namespace, another user).  A peer whose pid is getpid() is a thread of
+// this process.  The only pids under which a peer's memory may be reached.
+flagcxResult_t provePeers(Bootstrap &bs, const std::vector<int> &peers, std::vector<pid_t> *pids);
 std::unique_ptr<Transport> makeShmTransport();
 // Rendezvous messages this process's shm pipes copied out of a mapping of the
 // sender's shareable allocation instead of with process_vm_readv (tests).

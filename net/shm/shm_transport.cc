@@ -3,12 +3,10 @@
 //
 // Set-up (connectAll): each rank creates one segment per peer holding the
 // rings it *receives* on (one per channel), sends the segment's name to the
-// peer through the bootstrap (with where to prove who it is: peer_proof.h),
-// opens the peer's segment (the rings it sends on) and presents itself,
-// then both sides exchange an acknowledgement and the creator unlinks its
-// segment at once: from then on only the mappings keep it alive, so a
-// crash cannot leave anything in /dev/shm.  A last exchange follows the
-// pull probes (see probePull).
+// peer through the bootstrap, opens the peer's segment (the rings it sends
+// on), then both sides exchange an acknowledgement and the creator unlinks
+// its segment at once: from then on only the mappings keep it alive, so a
+// crash cannot leave anything in /dev/shm.
 //
 // Fast path: the producer copies into the ring and publishes its tail with a
 // release store every chunk; the consumer copies out and publishes its head.
@@ -18,11 +16,10 @@
 // vanishes is noticed through a "closed" flag set by its destructor, or, when
 // it was killed, through kill(pid, 0) / its /proc state, checked by the
 // engine's idle path at most every 50 ms.  The peer's pid is the kernel's
-// word, never the peer's (peer_proof.h: SO_PEERCRED on a Unix socket the
-// peer connected to with a nonce): a peer that cannot be proven (another
-// network or PID namespace, as containers of one pod may be) gets no pid
-// check and no reading of its memory (rings only); a killed peer is then
-// noticed by the FLAGCX_TIMEOUT stall check.
+// word, never the peer's (provePeers, net/shm/peer_proof.h): a peer that
+// cannot be proven (another network or PID namespace, as containers of one
+// pod may be) gets no pid check and no reading of its memory (rings only);
+// a killed peer is then noticed by the FLAGCX_TIMEOUT stall check.
 //
 // Untrusted peer: the ring sizes are fixed at set-up, and every counter read
 // from the peer is checked (0 <= tail - head <= size) before it is used, so
@@ -51,7 +48,6 @@
 #include "base/proc_ns.h"
 #include "net/common/proc_alive.h"
 #include "net/net.h"
-#include "net/shm/peer_proof.h"
 #include "net/shm/segment.h"
 
 namespace flagcx {
@@ -61,9 +57,8 @@ namespace {
 constexpr uint64_t kRingMagic = 0x464c4147525247ull;  // "FLAGRRG"
 constexpr size_t kCtlBytes = 4096;                    // control page before each ring
 constexpr uint64_t kChunk = 256 * 1024;               // publish the counter this often
-constexpr uint32_t kTagName = 0x73686d01;             // bootstrap tags: "shm" 1, 2, 3
+constexpr uint32_t kTagName = 0x73686d01;             // bootstrap tags: "shm" 1, 2
 constexpr uint32_t kTagAck = 0x73686d02;
-constexpr uint32_t kTagReady = 0x73686d03;
 
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> tail;  // bytes produced (producer writes)
@@ -272,7 +267,7 @@ class ShmPipe final : public Pipe {
   // of its allocation, or nullptr: process_vm_readv then.  The note comes
   // from the peer: its fd is looked up in the proven peer's process (never
   // the pid the note names), and the bytes stay inside the allocation
-  // (shareMap checks the file's identity and length).
+  // (shareMap checks the file's identity, seals and length).
   const char *mappedSource(const PullNote &note, uint64_t offset, size_t n) {
     SharedNote sn;
     memcpy(&sn, note.pipe, sizeof sn);
@@ -332,11 +327,6 @@ struct NameMsg {
   int32_t nchannels;
   int32_t pad;
   char name[64];
-  PeerProof::Offer proof;  // where and how to prove who this peer is
-};
-struct AckMsg {
-  int32_t ok;         // mapped the peer's rings
-  int32_t presented;  // connected to the peer's proof socket with its nonce
 };
 
 struct Peer {
@@ -349,46 +339,6 @@ struct Peer {
 
 RingCtl *ringAt(Segment &s, int channel, uint64_t ringBytes) {
   return reinterpret_cast<RingCtl *>(s.base() + static_cast<size_t>(channel) * (kCtlBytes + ringBytes));
-}
-
-// Open the segment a peer named (its rings this rank sends on) and check it.
-flagcxResult_t openPeerRings(int me, Peer &p, int nchannels, uint64_t ringBytes, size_t segBytes) {
-  p.msg.name[sizeof p.msg.name - 1] = 0;
-  if (p.msg.magic != kRingMagic || p.msg.nchannels != nchannels || p.msg.ringBytes != ringBytes ||
-      strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
-    WARN(kShm, "shm connectAll: rank %d and peer %d disagree (channels %d/%d, ring bytes %" PRIu64 "/%" PRIu64 "); set FLAGCX_SHM_BUFFER_SIZE alike on every rank",
-         me, p.rank, nchannels, p.msg.nchannels, ringBytes, p.msg.ringBytes);
-    return flagcxInvalidUsage;
-  }
-  FLAGCX_CHECK(Segment::open(p.msg.name, segBytes, &p.theirs));
-  for (int c = 0; c < nchannels; c++) {
-    RingCtl *r = ringAt(*p.theirs, c, ringBytes);
-    if (r->magic != kRingMagic || r->size != ringBytes) {
-      WARN(kShm, "shm connectAll: peer %d's segment %s is not a ring", p.rank, p.msg.name);
-      return flagcxRemoteError;
-    }
-    r->producerPid.store(getpid(), std::memory_order_release);
-  }
-  return flagcxSuccess;
-}
-
-// Can this rank read the proven peer's memory (same user, no ptrace
-// lock-down)?  Then the peer's large messages to it go single-copy
-// (FLAGCX_SHM_PULL): it pulls them.  The answer goes into the ring it
-// receives on, whose producer (the peer) reads it after the last exchange
-// of connectAll.  It can differ per direction (one rank non-dumpable, or
-// Yama's ptrace_scope=1 and one rank an ancestor of the other).
-void probePull(Peer &p, int nchannels, uint64_t ringBytes) {
-  for (int c = 0; c < nchannels; c++) {
-    RingCtl *r = ringAt(*p.theirs, c, ringBytes);
-    uint64_t probe = 0;
-    iovec local{&probe, sizeof probe};
-    iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
-    bool ok = paramInt(Param::SHM_PULL) != 0 && p.pid > 0 &&
-              process_vm_readv(p.pid, &local, 1, &far, 1, 0) == sizeof probe &&
-              probe == kRingMagic;
-    ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
-  }
 }
 
 class ShmTransport final : public Transport {
@@ -413,8 +363,8 @@ class ShmTransport final : public Transport {
     if (peers.empty()) return flagcxSuccess;
 
     std::vector<Peer> ps(peers.size());
-    PeerProof proof;
-    proof.listen(peers.size());
+    std::vector<pid_t> proven;
+    FLAGCX_CHECK(provePeers(bs, peers, &proven));
     // 1. Create the rings this rank receives on and tell each peer their name.
     for (size_t i = 0; i < peers.size(); i++) {
       Peer &p = ps[i];
@@ -449,44 +399,64 @@ class ShmTransport final : public Transport {
       m.ringBytes = ringBytes;
       m.nchannels = nchannels;
       snprintf(m.name, sizeof m.name, "%s", name);
-      m.proof = proof.offer(i);
       FLAGCX_CHECK(bs.send(p.rank, kTagName, &m, sizeof m));
     }
-    // 2. Open each peer's rings and present this rank to its proof socket;
-    // remember failures but always acknowledge, so that no peer waits for
-    // an answer that never comes.
+    // 2. Open each peer's rings; remember failures but always acknowledge,
+    // so that no peer waits for an answer that never comes.
     flagcxResult_t status = flagcxSuccess;
-    for (Peer &p : ps) {
-      FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
-      flagcxResult_t rc = openPeerRings(me, p, nchannels, ringBytes, segBytes);
-      if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
-      AckMsg ack{rc == flagcxSuccess ? 1 : 0, PeerProof::present(p.msg.proof) ? 1 : 0};
-      FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
-    }
-    // 3. Both sides mapped: the names are no longer needed.  The peer's pid
-    // is what the kernel says (its proof connection is queued by now), and
-    // whether this rank can read its memory is tested with that pid.
     for (size_t i = 0; i < ps.size(); i++) {
       Peer &p = ps[i];
-      AckMsg ack{};
-      FLAGCX_CHECK(bs.recv(p.rank, kTagAck, &ack, sizeof ack));
-      p.mine->unlink();
-      if (ack.ok != 1) {
-        WARN(kShm, "shm connectAll: rank %d: peer %d could not map this rank's rings", me, p.rank);
-        if (status == flagcxSuccess) status = flagcxRemoteError;
+      FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
+      p.msg.name[sizeof p.msg.name - 1] = 0;
+      p.pid = proven[i];  // 0: unproven (see the top)
+      flagcxResult_t rc = flagcxSuccess;
+      if (p.msg.magic != kRingMagic || p.msg.nchannels != nchannels ||
+          p.msg.ringBytes != ringBytes || strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
+        WARN(kShm, "shm connectAll: rank %d and peer %d disagree (channels %d/%d, ring bytes %" PRIu64 "/%" PRIu64 "); set FLAGCX_SHM_BUFFER_SIZE alike on every rank",
+             me, p.rank, nchannels, p.msg.nchannels, ringBytes, p.msg.ringBytes);
+        rc = flagcxInvalidUsage;
+      } else {
+        rc = Segment::open(p.msg.name, segBytes, &p.theirs);
+        for (int c = 0; rc == flagcxSuccess && c < nchannels; c++) {
+          RingCtl *r = ringAt(*p.theirs, c, ringBytes);
+          if (r->magic != kRingMagic || r->size != ringBytes) {
+            WARN(kShm, "shm connectAll: peer %d's segment %s is not a ring", p.rank, p.msg.name);
+            rc = flagcxRemoteError;
+          } else {
+            r->producerPid.store(getpid(), std::memory_order_release);
+            // Can we read the peer's memory (same user, no ptrace lock-down)?
+            // Then the peer's large messages to us go single-copy
+            // (FLAGCX_SHM_PULL): we pull them.  So the answer goes into the
+            // ring we receive on, whose producer (the peer) reads it after
+            // the acknowledgements below.  It can differ per direction
+            // (one rank non-dumpable, or Yama's ptrace_scope=1 and one rank
+            // an ancestor of the other).
+            uint64_t probe = 0;
+            iovec local{&probe, sizeof probe};
+            iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
+            bool ok = paramInt(Param::SHM_PULL) != 0 && p.pid > 0 &&
+                      process_vm_readv(p.pid, &local, 1, &far, 1, 0) == sizeof probe &&
+                      probe == kRingMagic;
+            ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
+          }
+        }
       }
-      p.pid = ack.presented ? proof.collect(i) : 0;
+      if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
       if (p.pid == 0)
         INFO(kShm, "shm: rank %d: peer %d's process is not proven by the kernel (another network "
              "or PID namespace?); no pid liveness check, no single-copy pull", me, p.rank);
-      if (p.theirs) probePull(p, nchannels, ringBytes);
-      int32_t ready = 1;
-      FLAGCX_CHECK(bs.send(p.rank, kTagReady, &ready, sizeof ready));
+      int32_t ack = rc == flagcxSuccess ? 1 : 0;
+      FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
     }
-    // 4. Each peer has written whether it pulls from this rank (pullOk).
+    // 3. Both sides mapped: the names are no longer needed.
     for (Peer &p : ps) {
-      int32_t ready = 0;
-      FLAGCX_CHECK(bs.recv(p.rank, kTagReady, &ready, sizeof ready));
+      int32_t ack = 0;
+      FLAGCX_CHECK(bs.recv(p.rank, kTagAck, &ack, sizeof ack));
+      p.mine->unlink();
+      if (ack != 1) {
+        WARN(kShm, "shm connectAll: rank %d: peer %d could not map this rank's rings", me, p.rank);
+        if (status == flagcxSuccess) status = flagcxRemoteError;
+      }
     }
     if (status != flagcxSuccess) return status;
 

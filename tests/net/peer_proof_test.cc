@@ -1,8 +1,9 @@
 // Who a same-host peer is, on the kernel's word (net/shm/peer_proof.h), and
 // the shm Conn built on it: the pid under which a peer's memory is read is
-// the process that connected with the nonce, never one a peer states; a
-// stranger's connection, a wrong nonce or junk proves nothing; a shm Conn's
-// peerPid() is the peer's real pid.
+// the process that connected with the nonce as that rank, never one a peer
+// states; a stranger's connection, junk, a wrong nonce, another job's MAC
+// or another rank presenting the offer proves nothing; provePeers and a
+// shm Conn's peerPid() give the peer's real pid.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -47,30 +48,35 @@ bool stranger(const PeerProof::Offer &o, const void *bytes, size_t n) {
 
 }  // namespace
 
+const flagcx::Secret kSecret{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}};
+
 TEST(PeerProof, ThePidIsTheProcessThatPresentedTheNonce) {
-  PeerProof proof;
-  ASSERT_TRUE(proof.listen(3));
-  PeerProof::Offer o0 = proof.offer(0), o1 = proof.offer(1), o2 = proof.offer(2);
-  // Junk and a wrong nonce first: each is read once and proves nothing.
-  pid_t junk = inChild([&] { return stranger(o0, "hello", 5); });
-  PeerProof::Offer wrong = o0;
+  PeerProof proof(kSecret, 0);
+  ASSERT_TRUE(proof.listen({10, 11, 12}));
+  PeerProof::Offer o10 = proof.offer(0), o11 = proof.offer(1);
+  // Junk, a wrong nonce, another job's MAC, and rank 11 presenting what
+  // rank 10 was sent (a member lending its offer): none proves rank 10.
+  pid_t junk = inChild([&] { return stranger(o10, "hello", 5); });
+  PeerProof::Offer wrong = o10;
   wrong.nonce[0] ^= 1;
-  pid_t liar = inChild([&] { return PeerProof::present(wrong); });
-  // Peer 1's nonce presented by the process meant as peer 2: the kernel
-  // names that process for peer 1 (whatever it would say about itself).
-  pid_t p2 = inChild([&] { return PeerProof::present(o1); });
-  pid_t p0 = inChild([&] { return PeerProof::present(o0); });
-  EXPECT_EQ(proof.collect(0), p0);
-  EXPECT_EQ(proof.collect(1), p2);
-  EXPECT_EQ(proof.collect(2), 0) << "nobody presented peer 2's nonce";
-  EXPECT_NE(proof.collect(0), junk);
-  EXPECT_NE(proof.collect(0), liar);
-  (void)o2;
+  pid_t liar = inChild([&] { return PeerProof(kSecret, 10).present(wrong); });
+  flagcx::Secret other = kSecret;
+  other[0] ^= 1;
+  pid_t foreign = inChild([&] { return PeerProof(other, 10).present(o10); });
+  pid_t relay = inChild([&] { return PeerProof(kSecret, 11).present(o10); });
+  // Rank 11's own offer, presented by whatever process runs rank 11: the
+  // kernel names that process.
+  pid_t p11 = inChild([&] { return PeerProof(kSecret, 11).present(o11); });
+  pid_t p10 = inChild([&] { return PeerProof(kSecret, 10).present(o10); });
+  EXPECT_EQ(proof.collect(0), p10);
+  EXPECT_EQ(proof.collect(1), p11);
+  EXPECT_EQ(proof.collect(2), 0) << "nobody presented rank 12's nonce";
+  for (pid_t bad : {junk, liar, foreign, relay}) EXPECT_NE(proof.collect(0), bad);
 }
 
 TEST(PeerProof, AFloodOfStrangersLeavesThePeerUnprovenNotStuck) {
-  PeerProof proof;
-  ASSERT_TRUE(proof.listen(1));
+  PeerProof proof(kSecret, 0);
+  ASSERT_TRUE(proof.listen({1}));
   PeerProof::Offer o = proof.offer(0);
   // More strangers than the listener looks at: the peer's connection is
   // refused (full backlog) or never reached; collect answers at once.
@@ -86,7 +92,10 @@ TEST(PeerProof, AFloodOfStrangersLeavesThePeerUnprovenNotStuck) {
             static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + len));
     (void)!write(fd, "x", 1);  // kept open: they occupy the queue
   }
-  inChild([&] { PeerProof::present(o); return true; });
+  inChild([&] {
+    PeerProof(kSecret, 1).present(o);
+    return true;
+  });
   EXPECT_EQ(proof.collect(0), 0);
   for (int fd : fds) close(fd);
 }
@@ -107,6 +116,38 @@ TEST(NetShmProof, ConnPeerPidIsThePeersRealPid) {
     int failures = 0;
     RANK_EXPECT(conns[0]->peerPid() == other, "peerPid %d, the peer is %d", conns[0]->peerPid(),
                 other);
+    return failures;
+  });
+  EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+// A member that states this rank's own host and pid (so that the bootstrap's
+// PeerInfo says "same process") is still proven to be the process it is.
+TEST(NetShmProof, AStatedPidIsNotTheProof) {
+  auto res = harness::run(2, [](int rank, int nranks, flagcxUniqueId *id) {
+    auto bs = harness::makeBootstrap(rank, nranks, *id);
+    if (!bs) return 2;
+    // Rank 0's pid, and a second job's id, through the first bootstrap.
+    struct {
+      int32_t pid;
+      flagcxUniqueId id;
+    } m{};
+    if (rank == 0) {
+      m.pid = getpid();
+      if (flagcxGetUniqueId(&m.id) != flagcxSuccess) return 3;
+    }
+    if (bs->bcast(&m, sizeof m, 0) != flagcxSuccess) return 4;
+    flagcx::PeerInfo self = bs->peers()[static_cast<size_t>(rank)];
+    if (rank == 1) self.pid = m.pid;  // "I am rank 0's process"
+    std::unique_ptr<flagcx::Bootstrap> bs2;
+    if (flagcx::Bootstrap::create(m.id, rank, nranks, self, &bs2) != flagcxSuccess) return 5;
+    int failures = 0;
+    const auto &peers = bs2->peers();
+    RANK_EXPECT(flagcx::sameProcess(peers[0], peers[1]), "the stated pid did not take");
+    std::vector<pid_t> pids;
+    if (flagcx::provePeers(*bs2, {1 - rank}, &pids) != flagcxSuccess) return 6;
+    RANK_EXPECT(pids[0] > 0 && pids[0] != getpid(), "rank %d proven as pid %d (its own: %d)",
+                1 - rank, pids[0], getpid());
     return failures;
   });
   EXPECT_TRUE(res.allOk()) << res.failures();
