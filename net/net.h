@@ -4,6 +4,7 @@
 // that the receiver checks before a byte reaches the user's buffer.
 #pragma once
 #include <poll.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +81,12 @@ class Conn {
   // waited on that way (shm: poll it).  Only meaningful right after test()
   // or progress() moved nothing.
   virtual int waitFds(struct pollfd *fds, int max) { return -1; }
+  // The peer's process id as the kernel established it when the Conn was
+  // made (shm: SO_PEERCRED, net/shm/peer_proof.h), in this PID namespace;
+  // 0 when nothing established it (other transports, an unproven peer).
+  // Memory of a peer is only ever reached through this pid, never one the
+  // peer states.
+  virtual pid_t peerPid() const { return 0; }
   // The slice of a large message this Conn moves best, for the engine when
   // FLAGCX_NET_CHUNK_SIZE is auto; 0: the engine's default (512 KiB).
   virtual size_t sliceHint() const { return 0; }
@@ -110,6 +117,12 @@ class Transport {
                                     int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
 };
 
+// Collective among `peers` (symmetric lists, as connectAll): the pid of
+// each peer's process as the kernel establishes it (net/shm/peer_proof.h),
+// in this PID namespace; 0 where it cannot (another host, network or PID
+// namespace, another user).  A peer whose pid is getpid() is a thread of
+// this process.  The only pids under which a peer's memory may be reached.
+flagcxResult_t provePeers(Bootstrap &bs, const std::vector<int> &peers, std::vector<pid_t> *pids);
 std::unique_ptr<Transport> makeShmTransport();
 // Rendezvous messages this process's shm pipes copied out of a mapping of the
 // sender's shareable allocation instead of with process_vm_readv (tests).

@@ -79,6 +79,10 @@ class DeviceAdapter {
   virtual size_t ipcImportedBytes(void * /*base*/) { return 0; }
   // The offset a reference carries, and the bytes identifying its allocation.
   virtual uint64_t ipcOffset(const void * /*ref*/) { return 0; }
+  // Bytes of the allocation ipcImportBase mapped at `base` (0: unknown).  A
+  // reference comes from a peer: its offset, and the length the peer says
+  // it has, are checked against this before any access.
+  virtual uint64_t ipcMappedBytes(void * /*base*/) { return 0; }
   virtual size_t ipcIdBytes() { return 0; }  // the id is the ref's first ipcIdBytes()
   // Copy and reduce through the adapter's private stream without waiting:
   // `flush` waits for everything issued so.  Defaults: the synchronous calls.

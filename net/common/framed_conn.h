@@ -91,6 +91,9 @@ class Pipe {
     return flagcxInternalError;
   }
   virtual void ackPull() {}                     // receiver: one announced message consumed
+  // The peer's process as the kernel identified it at set-up (in this PID
+  // namespace), 0 when not established (see Conn::peerPid).
+  virtual pid_t peerPid() const { return 0; }
   virtual uint64_t pullsAcked() { return 0; }   // sender: how many the peer consumed
 
   // Background moves (socket helper threads): the engine asks before it
@@ -177,6 +180,7 @@ class FramedConn final : public Conn {
   int waitFds(struct pollfd *fds, int max) override;
   Mismatch mismatch() const override { return mismatch_; }
   size_t sliceHint() const override { return sliceHint_; }
+  pid_t peerPid() const override { return lanes_.empty() ? 0 : lanes_[0].pipe->peerPid(); }
   bool foldsOnReceive(size_t bytes) const override;
   flagcxResult_t irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
                            int *req) override;

@@ -15,11 +15,11 @@
 // per chunk, not per message.  No syscall on the fast path.  A peer that
 // vanishes is noticed through a "closed" flag set by its destructor, or, when
 // it was killed, through kill(pid, 0) / its /proc state, checked by the
-// engine's idle path at most every 50 ms.  Ranks that share /dev/shm but
-// not a PID namespace (containers of one pod) cannot use each other's pids
-// (base/proc_ns.h): between them there is no pid check and no reading of
-// the peer's memory (rings only); a killed peer is then noticed by the
-// FLAGCX_TIMEOUT stall check.
+// engine's idle path at most every 50 ms.  The peer's pid is the kernel's
+// word, never the peer's (provePeers, net/shm/peer_proof.h): a peer that
+// cannot be proven (another network or PID namespace, as containers of one
+// pod may be) gets no pid check and no reading of its memory (rings only);
+// a killed peer is then noticed by the FLAGCX_TIMEOUT stall check.
 //
 // Untrusted peer: the ring sizes are fixed at set-up, and every counter read
 // from the peer is checked (0 <= tail - head <= size) before it is used, so
@@ -244,6 +244,7 @@ class ShmPipe final : public Pipe {
     return flagcxSuccess;
   }
   void ackPull() override { rx_->pulls.fetch_add(1, std::memory_order_release); }
+  pid_t peerPid() const override { return peerPid_; }
   uint64_t pullsAcked() override { return tx_->pulls.load(std::memory_order_acquire); }
 
   flagcxResult_t idleCheck() override {
@@ -264,14 +265,16 @@ class ShmPipe final : public Pipe {
 
   // The peer's bytes [offset, offset+n) of the announced buffer in a mapping
   // of its allocation, or nullptr: process_vm_readv then.  The note comes
-  // from the peer, so it must name the peer's own process and stay inside
-  // the allocation (shareMap checks the file's identity and length).
+  // from the peer: its fd is looked up in the proven peer's process (never
+  // the pid the note names), and the bytes stay inside the allocation
+  // (shareMap checks the file's identity, seals and length).
   const char *mappedSource(const PullNote &note, uint64_t offset, size_t n) {
     SharedNote sn;
     memcpy(&sn, note.pipe, sizeof sn);
-    if (sn.kind != kSharedNote || mapsOff_ || sn.ref.pid != peerPid_ || sn.ref.offset > sn.ref.mapLen ||
+    if (sn.kind != kSharedNote || mapsOff_ || peerPid_ <= 0 || sn.ref.offset > sn.ref.mapLen ||
         offset > sn.ref.mapLen - sn.ref.offset || n > sn.ref.mapLen - sn.ref.offset - offset)
       return nullptr;
+    sn.ref.pid = peerPid_;
     char *base = maps_.get(sn.ref, pullNo_);
     if (!base) {
       INFO(kShm, "shm rank %d: cannot map peer %d's buffer; reading its memory with "
@@ -322,9 +325,7 @@ struct NameMsg {
   uint64_t magic;
   uint64_t ringBytes;
   int32_t nchannels;
-  int32_t pid;
-  uint32_t pidNs;  // pidNamespaceId(): `pid` is usable only in the same one
-  uint32_t pad;
+  int32_t pad;
   char name[64];
 };
 
@@ -362,6 +363,8 @@ class ShmTransport final : public Transport {
     if (peers.empty()) return flagcxSuccess;
 
     std::vector<Peer> ps(peers.size());
+    std::vector<pid_t> proven;
+    FLAGCX_CHECK(provePeers(bs, peers, &proven));
     // 1. Create the rings this rank receives on and tell each peer their name.
     for (size_t i = 0; i < peers.size(); i++) {
       Peer &p = ps[i];
@@ -395,18 +398,17 @@ class ShmTransport final : public Transport {
       m.magic = kRingMagic;
       m.ringBytes = ringBytes;
       m.nchannels = nchannels;
-      m.pid = getpid();
-      m.pidNs = myNs;
       snprintf(m.name, sizeof m.name, "%s", name);
       FLAGCX_CHECK(bs.send(p.rank, kTagName, &m, sizeof m));
     }
     // 2. Open each peer's rings; remember failures but always acknowledge,
     // so that no peer waits for an answer that never comes.
     flagcxResult_t status = flagcxSuccess;
-    for (Peer &p : ps) {
+    for (size_t i = 0; i < ps.size(); i++) {
+      Peer &p = ps[i];
       FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
       p.msg.name[sizeof p.msg.name - 1] = 0;
-      const bool pidUsable = p.msg.pidNs == myNs;  // its pid names it here (see the top)
+      p.pid = proven[i];  // 0: unproven (see the top)
       flagcxResult_t rc = flagcxSuccess;
       if (p.msg.magic != kRingMagic || p.msg.nchannels != nchannels ||
           p.msg.ringBytes != ringBytes || strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
@@ -432,19 +434,17 @@ class ShmTransport final : public Transport {
             uint64_t probe = 0;
             iovec local{&probe, sizeof probe};
             iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
-            bool ok = paramInt(Param::SHM_PULL) != 0 && pidUsable &&
-                      process_vm_readv(p.msg.pid, &local, 1, &far, 1, 0) == sizeof probe &&
+            bool ok = paramInt(Param::SHM_PULL) != 0 && p.pid > 0 &&
+                      process_vm_readv(p.pid, &local, 1, &far, 1, 0) == sizeof probe &&
                       probe == kRingMagic;
             ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
           }
         }
       }
       if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
-      // 0: no pid checks on a peer of another PID namespace (see the top).
-      p.pid = pidUsable ? p.msg.pid : 0;
-      if (!pidUsable)
-        INFO(kShm, "shm: rank %d: peer %d runs in another PID namespace; no pid liveness check, "
-             "no single-copy pull", me, p.rank);
+      if (p.pid == 0)
+        INFO(kShm, "shm: rank %d: peer %d's process is not proven by the kernel (another network "
+             "or PID namespace?); no pid liveness check, no single-copy pull", me, p.rank);
       int32_t ack = rc == flagcxSuccess ? 1 : 0;
       FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
     }

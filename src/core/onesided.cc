@@ -43,14 +43,26 @@ bool exportHost(const void *buf, size_t size, uint8_t *out) {
   return ok;
 }
 
-void *importHost(const uint8_t *bytes) {
+// A peer's host IPC handle opened in its process as the kernel knows it
+// (`pid`, never the one the handle names), when the mapping holds at least
+// `need` bytes from the pointer; nullptr otherwise (one log line).
+void *importHost(const uint8_t *bytes, pid_t pid, uint64_t need, int self, size_t rank) {
+  if (pid <= 0) return nullptr;
   flagcxIpcMemHandle_t h = nullptr;
   size_t hs = 0;
   if (host::ipcCreate(&h, &hs) != flagcxSuccess) return nullptr;
   memcpy(h, bytes, hs);
   void *p = nullptr;
-  if (host::ipcOpen(h, &p) != flagcxSuccess) p = nullptr;
+  size_t have = 0;
+  if (host::ipcOpenFrom(h, pid, &p, &have) != flagcxSuccess) p = nullptr;
   host::ipcFree(h);
+  if (p && have < need) {
+    WARN(kInit, "rank %d: one-sided: rank %zu registered %llu bytes but the buffer it shared "
+         "holds %zu; not mapped (its operations go through the service thread)", self, rank,
+         static_cast<unsigned long long>(need), have);
+    host::ipcClose(p);
+    p = nullptr;
+  }
   return p;
 }
 }  // namespace
@@ -77,25 +89,22 @@ flagcxResult_t OneSided::ensure(flagcxComm *comm) {
 
 flagcxResult_t OneSided::setup() {
   size_t n = static_cast<size_t>(nranks_);
-  const auto &peers = comm_->bs->peers();
-  pid_.resize(n);
   local_.assign(n, false);
-  pidUsable_.assign(n, false);
   live_.reset(new Liveness[n]);
   for (size_t r = 0; r < n; r++) {
-    pid_[r] = peers[r].pid;
-    pidUsable_[r] = pidsComparable(peers[r], peers[static_cast<size_t>(rank_)]);
     // (via[rank] is null: no transport reaches a rank itself.)
     local_[r] = static_cast<int>(r) == rank_ || (comm_->shm && comm_->via[r] == comm_->shm.get());
   }
   consumed_.assign(n, 0);
   peerSig_.assign(n, nullptr);
   peerSigMap_.assign(n, nullptr);
+  provenPid_.assign(n, 0);
   // The signal block: one 64-byte slot per source rank, shareable.
   FLAGCX_CHECK(host::memAlloc(&sigBlock_, n * kStride * sizeof(uint64_t), flagcxMemDevice));
   memset(sigBlock_, 0, n * kStride * sizeof(uint64_t));
   sig_ = reinterpret_cast<std::atomic<uint64_t> *>(sigBlock_);
   // A Conn to every peer for the software path, over the peer's transport.
+  // Its peerPid() is the only pid under which a peer's memory is mapped.
   std::vector<std::unique_ptr<Conn>> conns(n);
   Transport *kinds[] = {comm_->shm.get(), comm_->sock.get(), comm_->ib.get()};
   for (Transport *t : kinds) {
@@ -111,8 +120,13 @@ flagcxResult_t OneSided::setup() {
            list.size(), t->name());
       return rc;
     }
-    for (size_t i = 0; i < list.size(); i++) conns[static_cast<size_t>(list[i])] = std::move(got[i]);
+    for (size_t i = 0; i < list.size(); i++) {
+      provenPid_[static_cast<size_t>(list[i])] = got[i]->peerPid();
+      conns[static_cast<size_t>(list[i])] = std::move(got[i]);
+    }
   }
+  // Same-host liveness by pid only where the kernel named the process.
+  pid_ = provenPid_;
   // Verbs peers: native RDMA queue pairs beside the Conns.
   std::unique_ptr<IbRma> native;
   std::shared_ptr<rdma::Device> ibDev = comm_->ib ? ibTransportDevice(comm_->ib.get()) : nullptr;
@@ -144,7 +158,9 @@ flagcxResult_t OneSided::setup() {
     if (static_cast<int>(r) == rank_) {
       peerSig_[r] = &sig_[r * kStride];
     } else if (local_[r] && all[r].shareable) {
-      peerSigMap_[r] = importHost(all[r].ipc);
+      peerSigMap_[r] = importHost(all[r].ipc, provenPid_[r],
+                                  (static_cast<uint64_t>(rank_) + 1) * kStride * sizeof(uint64_t),
+                                  rank_, r);
       if (peerSigMap_[r])
         peerSig_[r] = static_cast<std::atomic<uint64_t> *>(peerSigMap_[r]) +
                       static_cast<size_t>(rank_) * kStride;
@@ -235,10 +251,20 @@ flagcxResult_t OneSided::exchange(void *buf, size_t size, uint32_t key, RegInfo 
         eng_->withdraw(key);
         return flagcxSystemError;
       }
-      rm.mapped = static_cast<char *>(base) + comm_->dev->ipcOffset(all[r].ipc);
       rm.deviceBase = base;
+      uint64_t off = comm_->dev->ipcOffset(all[r].ipc), have = comm_->dev->ipcMappedBytes(base);
+      if (off > have || rm.size > have - off) {
+        WARN(kInit, "rank %d: one-sided registration: rank %zu's device buffer (offset %llu, %llu "
+             "bytes) lies outside the %llu-byte allocation it shared", rank_, r,
+             static_cast<unsigned long long>(off), static_cast<unsigned long long>(rm.size),
+             static_cast<unsigned long long>(have));
+        release(out);
+        eng_->withdraw(key);
+        return flagcxRemoteError;
+      }
+      rm.mapped = static_cast<char *>(base) + off;
     } else if (local_[r] && all[r].shareable) {
-      rm.mapped = static_cast<char *>(importHost(all[r].ipc));
+      rm.mapped = static_cast<char *>(importHost(all[r].ipc, provenPid_[r], rm.size, rank_, r));
       rm.ownsMap = rm.mapped != nullptr;
     }
   }

@@ -123,9 +123,11 @@ class OneSided {
   std::vector<void *> peerSigMap_;
   std::vector<RmaRemote> peerSigRemote_;     // my slot in each peer's block (native peers)
   std::vector<uint64_t> consumed_;           // signals from each rank consumed by waits
-  std::vector<pid_t> pid_;
+  // [rank]: its process as the kernel named it (a shm Conn's peerPid), or 0:
+  // the only pid its memory is mapped under, and what liveness checks use.
+  std::vector<pid_t> provenPid_;
+  std::vector<pid_t> pid_;                   // = provenPid_ once set up
   std::vector<bool> local_;                  // same host, reached over shm
-  std::vector<bool> pidUsable_;              // pid_[r] names rank r here (one host and PID namespace)
   // Same-host liveness, looked at no more than every 20 ms per peer.
   struct Liveness {
     std::atomic<int64_t> nextNs{0};

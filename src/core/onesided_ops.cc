@@ -42,13 +42,13 @@ flagcxResult_t waitTrampoline(void *arg) {
 }
 }  // namespace
 
-// Whether a peer can no longer answer: its engine Conn failed, or (same
-// host and PID namespace) its process is gone.
+// Whether a peer can no longer answer: its engine Conn failed, or (a
+// same-host peer whose process the kernel named) its process is gone.
 flagcxResult_t OneSided::peerProblem(int peer) {
   if (peer == rank_) return flagcxSuccess;
   if (eng_->serves(peer) && eng_->peerGone(peer)) return flagcxRemoteError;
   size_t p = static_cast<size_t>(peer);
-  if (!pidUsable_[p]) return flagcxSuccess;
+  if (pid_[p] <= 0) return flagcxSuccess;
   Liveness &l = live_[p];
   int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -49,12 +49,9 @@ flagcxResult_t setupDirect(ExecState *s, bool canDirect) {
   FLAGCX_CHECK(dev->ipcExport(ob, refs.data() + rb * static_cast<size_t>(s->rank)));
   FLAGCX_CHECK(s->env.bs->allgather(refs.data(), rb));
   s->dx.peerOutbox.assign(static_cast<size_t>(s->nranks), nullptr);
-  const auto &peers = s->env.bs->peers();
-  const PeerInfo &me = peers[static_cast<size_t>(s->rank)];
   s->dx.sameProcess.assign(static_cast<size_t>(s->nranks), 0);
   for (int p = 0; p < s->nranks; p++) {
-    const PeerInfo &pi = peers[static_cast<size_t>(p)];
-    s->dx.sameProcess[static_cast<size_t>(p)] = sameProcess(pi, me);
+    s->dx.sameProcess[static_cast<size_t>(p)] = p != s->rank && s->sameProcess(p);
     // A rank of this process reads our memory directly (CUDA does not open
     // an IPC handle in the process that made it).
     if (p == s->rank || s->dx.sameProcess[static_cast<size_t>(p)]) continue;
@@ -86,7 +83,7 @@ void directImportReserve(ExecState *s, size_t k) {
   s->dx.imports.clear();
 }
 
-flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out) {
+flagcxResult_t directImport(ExecState *s, const char *ref, int peer, uint64_t need, char **out) {
   DeviceAdapter *dev = s->dev;
   std::string id(ref, dev->ipcIdBytes());
   auto it = s->dx.imports.find(id);
@@ -104,7 +101,14 @@ flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out)
     }
     it = s->dx.imports.emplace(std::move(id), base).first;
   }
-  *out = static_cast<char *>(it->second) + dev->ipcOffset(ref);
+  uint64_t off = dev->ipcOffset(ref), have = dev->ipcMappedBytes(it->second);
+  if (off > have || need > have - off) {
+    WARN(kColl, "rank %d: rank %d named %llu bytes at offset %llu of a %llu-byte allocation "
+         "(CUDA IPC); refused", s->rank, peer, static_cast<unsigned long long>(need),
+         static_cast<unsigned long long>(off), static_cast<unsigned long long>(have));
+    return flagcxRemoteError;
+  }
+  *out = static_cast<char *>(it->second) + off;
   return flagcxSuccess;
 }
 
@@ -188,7 +192,7 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
     } else if (hdr[2] == 2) {
       src = reinterpret_cast<char *>(static_cast<uintptr_t>(hdr[3]));
     } else {
-      FLAGCX_CHECK(directImport(s, c + 32, x.peer, &src));
+      FLAGCX_CHECK(directImport(s, c + 32, x.peer, x.bytes, &src));
     }
     if (x.reduceDst)
       FLAGCX_CHECK(dev->reduceAsync(x.reduceDst, x.reduceDst, src, x.bytes / ts, dt, op));

@@ -267,6 +267,18 @@ Executor::~Executor() = default;
 
 flagcxResult_t Executor::setup(bool canDirect) {
   s_->mode = s_->dev->kind() == DeviceKind::Host ? ExecMode::Host : ExecMode::Staged;
+  // Which ranks of this host are which process, on the kernel's word: what
+  // a peer says about its host and pid only chooses whom to ask.
+  const auto &peers = s_->env.bs->peers();
+  std::vector<int> local;
+  for (int r = 0; r < s_->nranks; r++)
+    if (r != s_->rank && peers[static_cast<size_t>(r)].hostHash == peers[static_cast<size_t>(s_->rank)].hostHash)
+      local.push_back(r);
+  std::vector<pid_t> pids;
+  FLAGCX_CHECK(provePeers(*s_->env.bs, local, &pids));
+  s_->provenPid.assign(static_cast<size_t>(s_->nranks), 0);
+  s_->provenPid[static_cast<size_t>(s_->rank)] = getpid();
+  for (size_t i = 0; i < local.size(); i++) s_->provenPid[static_cast<size_t>(local[i])] = pids[i];
   // Every rank votes, even one that cannot: the vote is collective.
   FLAGCX_CHECK(setupDirect(s_.get(), canDirect));
   return setupSmall(s_.get(), s_->env.sameHostShm);

@@ -93,28 +93,32 @@ bool peersTouchRecv(const CollArgs &a, int q) {
   }
 }
 
-// Whether ranks q and r run in one process.
-bool oneProcess(const ExecState *s, int q, int r) {
-  const auto &peers = s->env.bs->peers();
-  const PeerInfo &a = peers[static_cast<size_t>(q)], &b = peers[static_cast<size_t>(r)];
-  return sameProcess(a, b);
-}
-
-// Rank q's buffer as this process reaches it: its address in this process,
-// or a (cached) mapping of the allocation the descriptor names.
-flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, uint64_t word,
-                          char **out) {
+// Rank q's buffer, of which this call touches `need` bytes, as this process
+// reaches it: its address (q proven a thread of this process), or a
+// (cached) mapping of the allocation the descriptor names, opened in q's
+// proven process and checked to hold the bytes.
+flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, uint64_t need,
+                          uint64_t word, char **out) {
   uint64_t addr = recv ? d.recvAddr : d.sendAddr;
-  if (oneProcess(s, s->rank, q)) {
+  if (s->sameProcess(q)) {
     *out = reinterpret_cast<char *>(addr);
     return flagcxSuccess;
   }
   if (s->mode == ExecMode::Direct) {  // device memory: CUDA IPC, cached by direct.cc
-    if (directImport(s, recv ? d.recvIpc : d.sendIpc, q, out) == flagcxSuccess) return flagcxSuccess;
+    if (directImport(s, recv ? d.recvIpc : d.sendIpc, q, need, out) == flagcxSuccess)
+      return flagcxSuccess;
     INFO(kShm, "rank %d: cannot map device memory of rank %d; this call takes the rings", s->rank, q);
     return flagcxSystemError;
   }
-  const host::ShareRef &ref = recv ? d.recv : d.send;
+  host::ShareRef ref = recv ? d.recv : d.send;
+  ref.pid = s->provenPid[static_cast<size_t>(q)];
+  if (ref.pid <= 0 || ref.offset > ref.mapLen || need > ref.mapLen - ref.offset) {
+    INFO(kShm, "rank %d: rank %d's buffer is not reachable (process not proven, or %llu bytes "
+         "at offset %llu of a %llu-byte allocation); this call takes the rings", s->rank, q,
+         static_cast<unsigned long long>(need), static_cast<unsigned long long>(ref.offset),
+         static_cast<unsigned long long>(ref.mapLen));
+    return flagcxSystemError;
+  }
   char *base = s->small->maps[static_cast<size_t>(q)].get(ref, word);
   if (!base) {
     INFO(kShm, "rank %d: cannot map a buffer of rank %d (%s); this call takes the rings",
@@ -235,9 +239,9 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
     }
     const DirectDesc &dq = desc(q);
     if (mapped && peersTouchSend(a, q))
-      mapped = peerBuffer(s, q, dq, false, word, &send[q]) == flagcxSuccess;
+      mapped = peerBuffer(s, q, dq, false, elemsIn(ci, n) * ts, word, &send[q]) == flagcxSuccess;
     if (mapped && peersTouchRecv(a, q))
-      mapped = peerBuffer(s, q, dq, true, word, &recv[q]) == flagcxSuccess;
+      mapped = peerBuffer(s, q, dq, true, elemsOut(ci, n) * ts, word, &recv[q]) == flagcxSuccess;
     sm->maps[static_cast<size_t>(q)].dropStale(dq.frees, word, kMaxMaps);
   }
   Phase *ph = sm->lineB(me);

@@ -151,9 +151,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   oks[static_cast<size_t>(s->rank)] = ok;
   FLAGCX_CHECK(bs->allgather(oks.data(), sizeof(int)));
   if (s->rank == 0) sm->seg->unlink();  // every rank has mapped it (or failed)
-  const auto &peers = bs->peers();
-  for (const PeerInfo &pi : peers)
-    sm->oneProcess = sm->oneProcess && sameProcess(pi, peers[0]);
+  for (int q = 0; q < s->nranks; q++) sm->oneProcess = sm->oneProcess && s->sameProcess(q);
   for (int v : oks)
     if (!v || v != oks[0]) {
       INFO(kShm, "rank %d: a rank could not map the block for small collectives, or the ranks "

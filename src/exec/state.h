@@ -19,6 +19,7 @@
 //           sender's memory and only small control messages cross the
 //           transports.
 #pragma once
+#include <unistd.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -144,7 +145,7 @@ struct DirectState {
   char *outbox = nullptr;
   size_t outboxBytes = 0;
   std::vector<char *> peerOutbox;                      // [peer], mapped at init
-  std::vector<char> sameProcess;                       // [peer]: a rank of this process
+  std::vector<char> sameProcess;                       // [peer]: a rank of this process (proven)
   std::unordered_map<std::string, void *> imports;     // peer allocation id -> mapped base
   std::vector<char> ctrl;                              // control messages of a stage
   std::vector<Xfer> xfers;
@@ -198,6 +199,13 @@ struct ExecState {
   }
 
   FlightRecorder flight;
+  // [rank]: its process as the kernel named it (provePeers, at setup), 0
+  // for ranks of other hosts or unproven ones.  A rank whose pid is ours is
+  // a thread of this process; a peer's memory is only reached under these.
+  std::vector<pid_t> provenPid;
+  bool sameProcess(int q) const {
+    return q == rank || provenPid[static_cast<size_t>(q)] == getpid();
+  }
   // Every peer has its Conns (else some connect on first use: connectFor).
   bool allConnected = false;
 
@@ -300,7 +308,9 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
 flagcxResult_t runP2PDirect(ExecState *s, std::vector<P2PItem> &items);
 // Peer `peer`'s device memory named by an IPC reference, mapped once per
 // allocation (cached in s->dx.imports).
-flagcxResult_t directImport(ExecState *s, const char *ref, int peer, char **out);
+// The peer's `need` bytes that `ref` names, mapped (cached); refused when
+// they do not lie inside the allocation it shared.
+flagcxResult_t directImport(ExecState *s, const char *ref, int peer, uint64_t need, char **out);
 // Makes room for k more imports now (all are dropped when the cache would
 // overflow), so that none taken after it is released before it is used.
 void directImportReserve(ExecState *s, size_t k);

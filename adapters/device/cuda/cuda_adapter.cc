@@ -322,6 +322,15 @@ class CudaAdapter final : public DeviceAdapter {
     memcpy(&h, ref, sizeof(h));
     return h.offset;
   }
+  uint64_t ipcMappedBytes(void *base) override {
+    CUdeviceptr b = 0;
+    size_t len = 0;
+    if (!driver().memGetAddressRange ||
+        driver().memGetAddressRange(&b, &len, reinterpret_cast<CUdeviceptr>(base)) != CUDA_SUCCESS ||
+        b != reinterpret_cast<CUdeviceptr>(base))
+      return 0;
+    return len;
+  }
   size_t ipcIdBytes() override { return offsetof(IpcHandle, offset); }
   flagcxResult_t copyAsync(void *dst, const void *src, size_t bytes) override {
     if (!bytes || dst == src) return flagcxSuccess;

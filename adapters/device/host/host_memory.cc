@@ -65,10 +65,14 @@ size_t roundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 // A memfd mapping; false (errno set) if any step fails.
 bool mapShareable(size_t size, void **ptr, Alloc *a) {
   size_t len = roundUp(size, pageSize());
-  int fd = memfd_create("flagcx-mem", MFD_CLOEXEC);
+  int fd = memfd_create("flagcx-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return false;
   struct stat st;
-  if (ftruncate(fd, static_cast<off_t>(len)) != 0 || fstat(fd, &st) != 0) {
+  // Sealed at its size: a process that maps it (a peer) can rely on every
+  // page staying there (a file that shrinks under a mapping is SIGBUS).
+  if (ftruncate(fd, static_cast<off_t>(len)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+      fstat(fd, &st) != 0) {
     int e = errno;
     close(fd);
     errno = e;
@@ -248,6 +252,15 @@ flagcxResult_t shareMap(const ShareRef &h, void **base) {
                     "the buffer of process %d behind this handle is gone (freed, or the handle "
                     "is stale)", h.pid);
   }
+  // Only memory that cannot shrink under the mapping (memAlloc seals it):
+  // any other file of the process could be cut short and fault this one.
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+    close(fd);
+    return argError(flagcxInvalidArgument, kAlloc,
+                    "fd %d of process %d is not a sealed flagcx allocation; not mapped", h.fd,
+                    h.pid);
+  }
   void *p = mmap(nullptr, h.mapLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
   close(fd);  // the mapping keeps the memory alive
@@ -292,8 +305,14 @@ flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr) {
 
 flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr) {
   if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: handle is NULL");
+  return ipcOpenFrom(handle, handle->ref.pid, devPtr, nullptr);
+}
+
+flagcxResult_t ipcOpenFrom(flagcxIpcMemHandle_t handle, int32_t pid, void **devPtr, size_t *bytes) {
+  if (!handle) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: handle is NULL");
   if (!devPtr) return argError(flagcxInvalidArgument, kAlloc, "ipcMemHandleOpen: devPtr is NULL");
-  const ShareRef h = handle->ref;
+  ShareRef h = handle->ref;
+  h.pid = pid;
   if (handle->magic != kIpcMagic || h.mapLen == 0 || h.offset >= h.mapLen)
     return argError(flagcxInvalidArgument, kAlloc,
                     "ipcMemHandleOpen: not a host IPC handle filled by ipcMemHandleGet");
@@ -306,6 +325,7 @@ flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr) {
     g_opened[reinterpret_cast<uintptr_t>(user)] = Opened{p, h.mapLen};
   }
   *devPtr = user;
+  if (bytes) *bytes = h.mapLen - h.offset;
   return flagcxSuccess;
 }
 

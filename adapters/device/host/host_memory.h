@@ -44,6 +44,11 @@ uint64_t memFreeCount();
 flagcxResult_t ipcCreate(flagcxIpcMemHandle_t *handle, size_t *size);
 flagcxResult_t ipcGet(flagcxIpcMemHandle_t handle, void *devPtr);
 flagcxResult_t ipcOpen(flagcxIpcMemHandle_t handle, void **devPtr);
+// ipcOpen of a handle a peer sent: its memfd is looked up in process `pid`
+// (the peer as the kernel identified it, Conn::peerPid), never in the
+// process the handle names, and *bytes is how far the mapping reaches from
+// the returned pointer (the allocation's end).
+flagcxResult_t ipcOpenFrom(flagcxIpcMemHandle_t handle, int32_t pid, void **devPtr, size_t *bytes);
 flagcxResult_t ipcClose(void *devPtr);
 flagcxResult_t ipcFree(flagcxIpcMemHandle_t handle);
 
