@@ -129,7 +129,7 @@ int dialDoor(FlagcxP2pEngine *e, const Target &t, Clock::time_point dl, PeerId *
     close(fd);
     return -1;
   }
-  *who = PeerId{true, cr.pid, cr.uid, "local pid " + std::to_string(cr.pid)};
+  *who = PeerId{true, cr.pid, cr.uid, "local pid " + std::to_string(cr.pid), ipOf(t.addr)};
   return fd;
 }
 
@@ -154,7 +154,7 @@ std::shared_ptr<FlagcxP2pConn> dialTcp(FlagcxP2pEngine *e, const Target &t, cons
                                        Clock::time_point dl) {
   int fd = tcpConnect(t.addr, dl);
   if (fd < 0) return nullptr;  // logged
-  PeerId who{false, 0, 0, t.addr.str()};
+  PeerId who{false, 0, 0, t.addr.str(), ipOf(t.addr)};
   std::shared_ptr<FlagcxP2pConn> c;
   if (!helloWithKey(fd, key, dl))
     WARN(kP2P, "P2P: %s refused this engine's hello (not a flagcx P2P engine, or the key "
@@ -184,6 +184,12 @@ FlagcxP2pConn *connectAndKeep(FlagcxP2pEngine *e, const std::string &target) {
 }  // namespace
 
 namespace flagcx::p2p {
+
+std::string ipOf(const SockAddr &a) {
+  std::string s = a.str();
+  s.resize(s.rfind(':') == std::string::npos ? s.size() : s.rfind(':'));
+  return s.size() >= 2 && s.front() == '[' ? s.substr(1, s.size() - 2) : s;
+}
 
 std::string keyHex(const Secret &key) {
   char buf[2 * sizeof(Secret) + 1];

@@ -163,7 +163,7 @@ std::unique_ptr<Pending> greetAtDoor(FlagcxP2pEngine *e, Door *d, int fd) {
   ucred cr{};
   socklen_t len = sizeof(cr);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) cr.uid = static_cast<uid_t>(-1);
-  p->who = PeerId{true, cr.pid, cr.uid, "local pid " + std::to_string(cr.pid)};
+  p->who = PeerId{true, cr.pid, cr.uid, "local pid " + std::to_string(cr.pid), ipOf(doorLoopback(e))};
   if (cr.uid != geteuid() && cr.uid != 0) {
     WARN(kP2P, "P2P: refused a connection from %s: its user (uid %u) is not this engine's (uid %u)",
          p->who.name.c_str(), static_cast<unsigned>(cr.uid), static_cast<unsigned>(geteuid()));
@@ -227,16 +227,10 @@ void acceptOn(FlagcxP2pEngine *e, Door *d, int lfd, bool door) {
       p = std::make_unique<Pending>();
       p->fd = s;
       p->since = Clock::now();
-      std::string name = "?";
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
       SockAddr a;
-      if (getpeername(s, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
-        memcpy(&a.u, &ss, std::min<size_t>(len, sizeof(a.u)));
-        a.len = len;
-        name = a.str();
-      }
-      p->who = PeerId{false, 0, 0, name};
+      socklen_t len = sizeof(a.u);
+      if (getpeername(s, &a.u.sa, &len) == 0) a.len = len;
+      p->who = PeerId{false, 0, 0, a.len ? a.str() : "?", a.len ? ipOf(a) : "?"};
       p->tcp = std::make_unique<ServerHandshake>(s, e->secret, kHelloKindP2p, "FLAGCX_P2P_SECRET");
     }
     if (!p) continue;

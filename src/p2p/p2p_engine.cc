@@ -94,6 +94,8 @@ void releaseConn(FlagcxP2pConn *c, bool bye) {
   if (bye) sayBye(c);
   for (auto &l : c->out) stopLane(l.get());
   for (auto &l : c->in) stopLane(l.get());
+  if (c->cmaPidFd >= 0) close(c->cmaPidFd);  // no lane serves any more
+  c->cmaPidFd = -1;
 }
 
 void adopt(FlagcxP2pEngine *e, const std::shared_ptr<FlagcxP2pConn> &c, bool toReady) {
@@ -203,7 +205,7 @@ FlagcxP2pConn *flagcxP2pEngineAccept(FlagcxP2pEngine *engine, char *ipAddrBuf,
       WARN(kP2P, "flagcxP2pEngineAccept: no connection within FLAGCX_TIMEOUT");
     return nullptr;
   }
-  snprintf(ipAddrBuf, ipAddrBufLen, "%s", c->peerHost.c_str());
+  snprintf(ipAddrBuf, ipAddrBufLen, "%s", c->peerIp.c_str());
   *remoteGpuIdx = c->remoteGpuIdx;
   return c.get();
 }

@@ -84,6 +84,7 @@ std::shared_ptr<FlagcxP2pConn> newConn(FlagcxP2pEngine *e, const Info &mine, con
   c->engine = e;
   c->serial = e->serials.fetch_add(1) + 1;
   c->peerHost = who.name;
+  c->peerIp = who.ip;
   c->remoteGpuIdx = peer.gpuIdx;
   c->remotePid = peer.pid;
   c->isLocal = who.local;

@@ -99,6 +99,7 @@ struct PeerId {
   pid_t pid = 0;       // SO_PEERCRED pid there (0: not visible in this PID namespace)
   uid_t uid = 0;
   std::string name;    // for log lines: "10.0.0.5:40312" or "local pid 1234"
+  std::string ip;      // its numeric address ("127.0.0.1" for the door: this host)
 };
 
 }  // namespace flagcx::p2p
@@ -106,7 +107,8 @@ struct PeerId {
 struct FlagcxP2pConn {
   FlagcxP2pEngine *engine = nullptr;
   uint64_t serial = 0;   // which connection of its engine, for log lines
-  std::string peerHost;  // numeric address of the peer, or "local pid N"
+  std::string peerHost;  // the peer in log lines: "ip:port" or "local pid N"
+  std::string peerIp;    // its numeric address (Accept's ipAddrBuf)
   int remoteGpuIdx = -1;
   int remotePid = 0;         // as the peer says: log lines only
   bool isLocal = false;      // through the local door: same host, as the kernel says
@@ -234,6 +236,7 @@ Secret keyFromEnv(bool *set);
 // target: "[KEY@]host:port" (KEY: 32 hex digits, the engine's key).
 std::shared_ptr<FlagcxP2pConn> dial(FlagcxP2pEngine *e, const std::string &target);
 std::string keyHex(const Secret &key);
+std::string ipOf(const SockAddr &a);  // numeric, without port or brackets
 // A TCP connection within dl (a refused one is tried again until then);
 // -1 when none (logged, naming the address).
 int tcpConnect(const SockAddr &a, Clock::time_point dl);

@@ -121,6 +121,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   g_peer = flagcxP2pEngineCreate();
   FlagcxP2pMr ma, mb, mp;
   uint8_t *a = g_arena + kGuard, *b = a + kRegion + kGuard, *p = g_peerArena + kGuard;
+  for (uint8_t *r : {a, b, p}) memset(r, 0, kRegion);  // unlike the canaries
   if (!g_target || !g_peer || flagcxP2pEngineReg(g_target, uintptr_t(a), kRegion, ma) != 0 ||
       flagcxP2pEngineReg(g_target, uintptr_t(b), kRegion, mb) != 0 ||
       flagcxP2pEngineReg(g_peer, uintptr_t(p), kRegion, mp) != 0)
