@@ -345,15 +345,17 @@ void Engine::shutdown() {
       if (!pe.conn || pe.gone) continue;
       bool moved = false;
       if (progressPeer(static_cast<int>(p), Clock::now(), &moved) != flagcxSuccess) {
-        failPeer(static_cast<int>(p), flagcxInvalidUsage, true);
+        failPeer(static_cast<int>(p), flagcxInvalidUsage, true, false);  // the Conn failed already
         continue;
       }
       busy = busy || !pe.replies.empty() || !pe.sending.empty();
     }
     if (busy) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  // Whatever is left is cut before its operations fail (failPeer).
-  for (size_t p = 0; p < peers_.size(); p++) failPeer(static_cast<int>(p), flagcxInvalidUsage, true);
+  // What is left fails; a Conn still moving bytes is cut first (failPeer),
+  // the others are just closed (no error frame: the goodbye said it all).
+  for (size_t p = 0; p < peers_.size(); p++)
+    failPeer(static_cast<int>(p), flagcxInvalidUsage, true, false);
   std::lock_guard<std::mutex> g(regMu_);
   serviceDone_ = true;
   regCv_.notify_all();

@@ -363,8 +363,6 @@ class ShmTransport final : public Transport {
     if (peers.empty()) return flagcxSuccess;
 
     std::vector<Peer> ps(peers.size());
-    std::vector<pid_t> proven;
-    FLAGCX_CHECK(provePeers(bs, peers, &proven));
     // 1. Create the rings this rank receives on and tell each peer their name.
     for (size_t i = 0; i < peers.size(); i++) {
       Peer &p = ps[i];
@@ -401,6 +399,10 @@ class ShmTransport final : public Transport {
       snprintf(m.name, sizeof m.name, "%s", name);
       FLAGCX_CHECK(bs.send(p.rank, kTagName, &m, sizeof m));
     }
+    // Who each peer is (the segments exist first: a peer that never comes
+    // leaves a name the next set-up on this host removes).
+    std::vector<pid_t> proven;
+    FLAGCX_CHECK(provePeers(bs, peers, &proven));
     // 2. Open each peer's rings; remember failures but always acknowledge,
     // so that no peer waits for an answer that never comes.
     flagcxResult_t status = flagcxSuccess;
