@@ -12,15 +12,15 @@ namespace flagcx {
 
 namespace {
 // The smallest stripe: a message is split over the lanes only when each part
-// gets at least this much.  64 KiB, from session 20's sweep with helper
-// threads on 16 cores (docs/PERFORMANCE.md): against 128 and 256 KiB it was
+// gets at least this much.  64 KiB, from a sweep with helper threads on
+// 16 cores (docs/DECISIONS.md, "Sockets"): against 128 and 256 KiB it was
 // as fast or faster at 1-64 MiB and its worst round at >= 1 MiB was the best
 // (1.56x MPICH).
 constexpr uint64_t kMinStripe = 64 * 1024;
 // The smallest message that is split at all; smaller ones go whole on lane 0
 // with the engine thread.  512 KiB (the smallest FLAGCX_NET_CHUNK_SIZE auto
-// picks, so large collectives' slices are still split), from session 21's runs on 16 cores
-// (docs/PERFORMANCE.md): split 128-256 KiB messages cost whether helper
+// picks, so large collectives' slices are still split), from runs on 16 cores
+// (docs/DECISIONS.md, "Sockets"): split 128-256 KiB messages cost whether helper
 // threads or the engine moved the stripes (MPICH/flagcx at 256 KiB, medians:
 // allreduce 1.22 split vs 1.65 whole, sendrecv 1.02 with helpers and 1.14
 // without vs 1.41 on one lane).
@@ -60,12 +60,12 @@ FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_
   // With helper threads each 512 KiB slice costs every lane a hand-off
   // through the engine thread per 128 KiB stripe; 2 MiB slices (512 KiB
   // stripes) measured 1.1-1.3x faster allreduces at 4-16 MiB on a 16-core
-  // host (docs/PERFORMANCE.md, "Session 23").
+  // host (docs/DECISIONS.md, "Sockets").
   if (lanes_.size() > 1 && lanes_[0].pipe->hasHelpers()) {
     sliceHint_ = 2u << 20;
     // The engine thread reduced each landed 2 MiB slice by itself at 5 GB/s,
     // more than the exchange took; the lanes' helpers fold their stripes in
-    // parallel as they arrive (docs/PERFORMANCE.md, "Session 24").
+    // parallel as they arrive (docs/DECISIONS.md, "Sockets").
     foldsOnReceive_ = paramInt(Param::SOCKET_RECV_REDUCE) != 0;
   }
 }
@@ -173,11 +173,10 @@ flagcxResult_t FramedConn::irecv(void *buf, size_t bytes, uint64_t tag, int *req
 bool FramedConn::foldsOnReceive(size_t bytes) const {
   // Every message split over the lanes (kMinSplit, 512 KiB): measured on 16
   // cores with 4 lanes once the copies were fused into the reductions
-  // (docs/PERFORMANCE.md, "Session 25"), folding from 512 KiB made reduce
+  // (docs/DECISIONS.md, "Sockets"), folding from 512 KiB made reduce
   // 1 MiB 2.5x faster and allreduce / reducescatter 2 MiB 1.6-1.7x against
   // folding from 2 MiB; below 512 KiB a message is one stripe the engine
-  // reads itself.  (Session 24 had started them at 2 MiB, measured while a
-  // reduce's root still copied its input into the accumulator first.)
+  // reads itself.
   return foldsOnReceive_ && bytes >= kMinSplit;
 }
 
@@ -328,7 +327,7 @@ int FramedConn::waitFds(struct pollfd *fds, int max) {
   if (error_ != flagcxSuccess || pending_ == 0) return 0;
   // Only while a helper thread has a job: the engine then sleeps so the
   // helpers get the cores.  Without one, sleeping in poll() measured slower
-  // than spinning (1 MiB allreduce 374-386 us against 304-308, session 14).
+  // than spinning (1 MiB allreduce 374-386 us against 304-308 on 2 cores).
   bool bg = false;
   for (const Lane &l : lanes_) bg |= l.sBg || l.rBg;
   if (!bg) return -1;

@@ -80,7 +80,7 @@ static_assert(sizeof(RingCtl) <= kCtlBytes);
 // receiver maps that allocation once and copies out of the mapping, at the
 // speed of a copy between caches, instead of process_vm_readv, which pins
 // every page of every message first (1 MiB: 27 against 61 us on the
-// development VM, docs/PERFORMANCE.md "Session 16").
+// development VM; docs/DECISIONS.md, "Shared memory").
 struct SharedNote {
   uint32_t kind;   // kSharedNote, or 0: nothing (heap memory)
   uint32_t pad;
@@ -139,7 +139,7 @@ class ShmPipe final : public Pipe {
     // A large send goes into the ring with non-temporal stores: its lines are
     // not in this core's cache anyway, and the other core read them last; an
     // ordinary store first fetches each line from there, which on this VM
-    // was sometimes 5-10x slower (docs/PERFORMANCE.md, session 10).
+    // was sometimes 5-10x slower; off by default (docs/DECISIONS.md).
     static const uint64_t streamMin = static_cast<uint64_t>(paramInt(Param::SHM_STREAM_BYTES));
     bool stream = false;
     if (streamMin > 0) {  // off by default: no extra pass over the iovecs then

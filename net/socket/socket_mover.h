@@ -3,7 +3,7 @@
 // polls for completion, and the kernel parks the helper while the connection
 // is full (send) or empty (receive).  Each lane's kernel copies then run on
 // a core of their own: on 16 cores, 4 lanes with helpers moved a loopback
-// exchange ~3.5x faster than one thread (docs/PERFORMANCE.md, session 20).
+// exchange ~3.5x faster than one thread (docs/DECISIONS.md, "Sockets").
 //
 // Ownership: while a job runs, the helper is the only user of its direction
 // of the socket; the engine thread must not read (receive mover) or write

@@ -10,12 +10,12 @@
 // them with blocking calls, so the kernel's copies of the lanes run on
 // several cores at once -- one TCP connection moves ~3 GB/s each way on
 // loopback whatever threads serve it, four with their own threads ~3.5x that
-// (docs/perf-data/session20-gpu/tcp_lanes.c).  Everything else (headers,
+// (docs/DECISIONS.md, "Sockets").  Everything else (headers,
 // unsplit messages) stays with the engine thread's non-blocking calls.  On
-// 2 cores the helpers measured 0.6-0.8x of polling (session 14), hence auto.
+// 2 cores the helpers measured 0.6-0.8x of polling, hence auto.
 // Lending the sender's pages to the kernel instead of copying them (vmsplice
 // + splice, the receiver acknowledging on a control connection) measured
-// 1.4-1.8x slower on loopback: docs/perf-data/session19-host/socket-zerocopy.patch.
+// 1.4-1.8x slower on loopback (docs/DECISIONS.md, "Sockets").
 //
 // Set-up: each rank listens on findLocalAddress() (FLAGCX_SOCKET_IFNAME /
 // FAMILY) port 0 and sends its address to each peer through the bootstrap.
@@ -273,10 +273,10 @@ class SocketPipe final : public Pipe {
 // Lanes per Conn and whether they get helper threads, from FLAGCX_SOCKET_*
 // and, for "auto", the cores this process may use per rank on its host.
 // Helper threads lose where they compete with the ranks for cores (2 cores,
-// 2 ranks: 0.6-0.8x of polling, session 14) and win where cores are spare:
+// 2 ranks: 0.6-0.8x of polling) and win where cores are spare:
 // on 16 cores, 2 ranks, 4 lanes with helpers took allreduce from 1.2-1.4x
 // MPICH to 1.6-2.2x at 1-16 MiB, while 8 lanes (16 helpers a rank on 8 cores
-// a rank) lost (docs/PERFORMANCE.md, session 20).  Without helpers, extra
+// a rank) lost (docs/DECISIONS.md, "Sockets").  Without helpers, extra
 // lanes do not help on one host: one thread does every kernel copy anyway.
 struct LanePlan {
   int lanes;

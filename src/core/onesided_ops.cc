@@ -246,7 +246,7 @@ flagcxResult_t OneSided::copyMapped(void *dst, const void *src, size_t bytes, bo
     return flagcxSuccess;
   }
   // Never a synchronous cudaMemcpy here: on the progress thread, with the
-  // user's stream held, it could wait for that stream (see ENGINEERING-NOTES).
+  // user's stream held, it could wait for that stream (docs/DECISIONS.md, "GPUs").
   FLAGCX_CHECK(comm_->dev->copyAsync(dst, src, bytes));
   return comm_->dev->flush();
 }

@@ -135,7 +135,7 @@ int ipcVector(FlagcxP2pConn *c, const std::vector<void *> &local, const std::vec
   // `due` bytes, that many first, then twice as much each time, so that the
   // device copies while this thread resolves the next pieces; by default
   // (0) the whole transfer is one batch, which measured faster on the H200
-  // (docs/P2P.md, session 11).
+  // (docs/P2P.md, "Where it stands").
   std::vector<DeviceAdapter::CopyPiece> kernel, other;
   kernel.reserve(n);
   size_t batched = 0, batches = 0, pending = 0;
