@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/config_file.h"
 #include "base/log.h"
 #include "base/params.h"
 
@@ -126,12 +127,15 @@ std::string compareFlightDumps(const std::vector<std::string> &files, bool *ok) 
   std::ostringstream out;
   *ok = true;
   for (const auto &f : files) {
-    std::ifstream in(f);
-    if (!in) {
-      out << f << ": cannot open\n";
+    // A dump is read whole, so it must be a regular file of bounded size (a
+    // FIFO or /dev/zero would block or read forever).
+    std::string text, err;
+    if (!readConfigFile(f, &text, &err)) {
+      out << err << "\n";
       *ok = false;
       continue;
     }
+    std::istringstream in(text);
     RankDump d;
     std::string line;
     while (std::getline(in, line)) {

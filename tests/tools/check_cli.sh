@@ -41,6 +41,10 @@ helps flagcx-info "$("$info" --help)" $(opts_of "$src/tools/info/flagcx-info.cc"
 refuses "unknown option --bogus" "$info" --bogus
 refuses "--compare-dumps needs at least one FILE" "$info" --compare-dumps
 refuses "--version takes no argument" "$info" --version extra
+# Dumps are read whole: a device or a folder is refused by name, never read.
+dumps=$(timeout 20 "$info" --compare-dumps /dev/zero / 2>&1)
+[ $? = 2 ] && [[ $dumps == *"/dev/zero: a character device, not a regular file"* ]] ||
+  no "flagcx-info --compare-dumps /dev/zero /: $dumps"
 [ "$("$info" --version | grep -cE '^flagcx [0-9]+\.[0-9]+\.[0-9]+, FlagCX API [0-9]+\.[0-9]+\.[0-9]+$')" = 1 ] ||
   no "flagcx-info --version: $("$info" --version)"
 
