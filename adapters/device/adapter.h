@@ -74,9 +74,6 @@ class DeviceAdapter {
   // Map the allocation named by `ref` (its offset ignored) and return its base.
   virtual flagcxResult_t ipcImportBase(const void * /*ref*/, void ** /*base*/) { return flagcxInternalError; }
   virtual flagcxResult_t ipcRelease(void * /*base*/) { return flagcxInternalError; }
-  // Bytes of the allocation an ipcImportBase result maps (0: unknown): the
-  // bound for offsets a peer's reference names.
-  virtual size_t ipcImportedBytes(void * /*base*/) { return 0; }
   // The offset a reference carries, and the bytes identifying its allocation.
   virtual uint64_t ipcOffset(const void * /*ref*/) { return 0; }
   // Bytes of the allocation ipcImportBase mapped at `base` (0: unknown).  A

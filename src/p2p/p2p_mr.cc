@@ -270,7 +270,7 @@ int ipcRemote(const char *ipcBuf, size_t len, char **remote, IpcLast *last) {
         got = it->second;
       } else {
         if (dev->ipcImportBase(in->ref, &got.base) != flagcxSuccess) return -1;
-        got.bytes = dev->ipcImportedBytes(got.base);
+        got.bytes = dev->ipcMappedBytes(got.base);
         imported.emplace(id, got);
       }
     }

@@ -310,13 +310,6 @@ class CudaAdapter final : public DeviceAdapter {
     return ipcOpen(reinterpret_cast<flagcxIpcMemHandle_t>(&h), base);
   }
   flagcxResult_t ipcRelease(void *base) override { return ipcClose(base); }
-  size_t ipcImportedBytes(void *base) override {
-    CUdeviceptr lo = 0, at = reinterpret_cast<CUdeviceptr>(base);
-    size_t len = 0;
-    if (!driver().memGetAddressRange || driver().memGetAddressRange(&lo, &len, at) != CUDA_SUCCESS)
-      return 0;
-    return at - lo < len ? len - (at - lo) : 0;
-  }
   uint64_t ipcOffset(const void *ref) override {
     IpcHandle h;
     memcpy(&h, ref, sizeof(h));
