@@ -236,12 +236,36 @@ int logRank() { return t_rank; }
 
 const char *lastErrorText() { return t_lastError[0] ? t_lastError : g_lastError; }
 
+namespace {
+// The tag of an argument error is the family of the entry point its message
+// names ("flagcxAllReduce: ..."), whichever check found it: one kind of
+// call, one tag.  Messages that name no entry point keep the caller's tag.
+uint32_t entryFamily(const char *msg, uint32_t fallback) {
+  static const struct {
+    const char *prefix;
+    uint32_t tag;
+  } kFamilies[] = {
+      {"flagcxP2pEngine", kP2P}, {"flagcxPut", kP2P}, {"flagcxGet", kP2P},
+      {"flagcxSignal", kP2P},    {"flagcxWaitSignal", kP2P}, {"flagcxOneSide", kP2P},
+      {"flagcxCommWindow", kP2P}, {"flagcxReadCounter", kP2P}, {"flagcxWaitCounter", kP2P},
+      {"flagcxMem", kAlloc},      {"flagcxComm", kInit},  {"flagcxGetUniqueId", kInit},
+      {"flagcxDeviceHandle", kInit}, {"flagcxHandle", kInit}, {"flagcxGroup", kColl},
+      {"flagcx", kColl},
+  };
+  for (const auto &f : kFamilies)
+    if (strncmp(msg, f.prefix, strlen(f.prefix)) == 0) return f.tag;
+  return fallback;
+}
+}  // namespace
+
 flagcxResult_t argError(flagcxResult_t code, uint32_t subsys, const char *fmt, ...) {
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  // Always recorded as the last error, even when WARN lines are filtered.
-  vlog(LogLevel::Warn, subsys, "api", 0, fmt, ap);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  // Always recorded as the last error, even when WARN lines are filtered.
+  logMessage(LogLevel::Warn, entryFamily(msg, subsys), "api", 0, "%s", msg);
   return code;
 }
 

@@ -7,6 +7,7 @@
  *     late       rank 1 sleeps past FLAGCX_TIMEOUT while rank 0 reduces
  *     gone       rank 1 exits while rank 0 reduces
  *     badop      an allreduce with op 77
+ *     nullbuf    an allreduce from a NULL buffer
  * Prints "rank R: <error string> | <flagcxGetLastError>" per rank. */
 #include <flagcx.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@ static flagcxResult_t call(const char *mode, int rank, flagcxComm_t comm) {
   }
   if (strcmp(mode, "gone") == 0 && rank == 1) _exit(0);
   if (strcmp(mode, "gone") == 0) sleep(1);
+  if (strcmp(mode, "nullbuf") == 0)
+    return flagcxAllReduce(NULL, x, 8, flagcxFloat, flagcxSum, comm, NULL);
   if (strcmp(mode, "badop") == 0)
     return flagcxAllReduce(x, x, 8, flagcxFloat, (flagcxRedOp_t)77, comm, NULL);
   return flagcxAllReduce(x, x, 8, flagcxFloat, flagcxSum, comm, NULL);

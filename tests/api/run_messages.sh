@@ -35,6 +35,11 @@ has "flagcxAllReduce: op 77 is not a reduction operation"
 lacks "(api:0)"
 has "rank 0: invalid argument"
 
+# An argument error is tagged by the family of the call, whichever check
+# found it: a collective's NULL buffer is COLL like its bad op.
+case=nullbuf; run nullbuf
+has "flagcx WARN COLL flagcxAllReduce: sendbuff is NULL"
+
 case=environment; run uniqueid FLAGCX_NET_CHUNK_SIZE=0
 has "[-] flagcx WARN ENV FLAGCX_NET_CHUNK_SIZE=0 is not accepted"
 has "using -2 (auto)"
