@@ -1,13 +1,23 @@
-/* Two processes, one message: cc sendrecv.c $(pkg-config --cflags --libs flagcx) */
+/* Two processes, one message: cc sendrecv.c $(pkg-config --cflags --libs flagcx)
+ * The process forks first and rank 0 then hands the unique id to rank 1
+ * through a pipe: flagcxGetUniqueId starts a thread, and a process with
+ * threads should not fork (a child may inherit a lock another thread held). */
 #include <flagcx.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 int main(void) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return 1;
+  int rank = fork() == 0 ? 1 : 0;
   flagcxUniqueId id;
-  if (flagcxGetUniqueId(&id) != flagcxSuccess) return 1;
-  int rank = fork() == 0 ? 1 : 0; /* two real processes share the id */
+  if (rank == 0) {
+    if (flagcxGetUniqueId(&id) != flagcxSuccess) return 1;
+    if (write(pipefd[1], &id, sizeof(id)) != (ssize_t)sizeof(id)) return 1;
+  } else if (read(pipefd[0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+    return 1; /* rank 0 could not make the id */
+  }
   flagcxDeviceHandle_t dev;
   flagcxComm_t comm;
   flagcxDeviceHandleInit(&dev);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -69,8 +70,13 @@ std::vector<char> failureReply(const std::string &text) {
 
 class Root {
  public:
+  // Everything the loop needs is made here, on the caller's thread: the
+  // root's own thread then allocates nothing until a rank connects, so the
+  // caller may fork right after flagcxGetUniqueId.
   Root(int listenFd, const Secret &secret, std::string secretName)
-      : listenFd_(listenFd), secret_(secret), secretName_(std::move(secretName)) {}
+      : listenFd_(listenFd), secret_(secret), secretName_(std::move(secretName)),
+        queue_(std::make_unique<HandshakeQueue>(listenFd_, secret_, kHelloKindRoot,
+                                                secretName_.c_str(), sizeof(PeerInfo))) {}
   void run();
 
  private:
@@ -89,6 +95,7 @@ class Root {
   std::map<int, Member> members_;  // by rank: only ranks that arrived
   int nranks_ = -1;                // set by the first authenticated rank
   Clock::time_point deadline_ = Clock::time_point::max();
+  std::unique_ptr<HandshakeQueue> queue_;
 };
 
 // An authenticated rank: it joins, or is refused (told why, and logged with
@@ -149,15 +156,13 @@ void Root::answer() {
 }
 
 void Root::run() {
-  {
-    HandshakeQueue queue(listenFd_, secret_, kHelloKindRoot, secretName_.c_str(), sizeof(PeerInfo));
-    while (!complete()) {
-      HandshakeQueue::Accepted a;
-      if (queue.next(deadline_, &a) != flagcxSuccess) break;  // logged
-      if (a.fd >= 0) admit(a);
-      else if (Clock::now() >= deadline_) break;
-    }
-  }  // the handshakes still under way are closed here
+  while (!complete()) {
+    HandshakeQueue::Accepted a;
+    if (queue_->next(deadline_, &a) != flagcxSuccess) break;  // logged
+    if (a.fd >= 0) admit(a);
+    else if (Clock::now() >= deadline_) break;
+  }
+  queue_.reset();  // the handshakes still under way are closed here
   close(listenFd_);
   answer();
 }
@@ -168,7 +173,8 @@ flagcxResult_t startBootstrapRoot(SockAddr *addr, const Secret &secret, const ch
   int fd = -1;
   FLAGCX_CHECK(listenOn(addr, &fd));
   std::string name = secretName;
-  std::thread([fd, secret, name] { Root(fd, secret, name).run(); }).detach();
+  auto root = std::make_unique<Root>(fd, secret, name);
+  std::thread([r = std::move(root)] { r->run(); }).detach();
   return flagcxSuccess;
 }
 

@@ -34,7 +34,9 @@ struct HandshakeQueue::Waiting {
 HandshakeQueue::HandshakeQueue(int listenFd, const Secret &secret, uint32_t expectKind,
                                const char *secretName, size_t trailerLen)
     : listenFd_(listenFd), secret_(secret), kind_(expectKind), secretName_(secretName),
-      trailerLen_(trailerLen) {}
+      trailerLen_(trailerLen) {
+  pf_.reserve(kMaxWaiting + 2);
+}
 
 HandshakeQueue::~HandshakeQueue() {
   for (auto &w : waiting_) close(w->fd);
@@ -69,7 +71,7 @@ flagcxResult_t HandshakeQueue::next(Clock::time_point until, int *fd, Hello *hel
 
 flagcxResult_t HandshakeQueue::next(Clock::time_point until, Accepted *out, int wakeFd) {
   out->fd = -1;
-  std::vector<pollfd> pf;
+  std::vector<pollfd> &pf = pf_;
   for (;;) {
     auto now = Clock::now();
     for (size_t i = 0; i < waiting_.size();) {

@@ -3,6 +3,7 @@
 // deadlines, and the authenticated handshake (a keyed MAC of a fresh nonce,
 // never the secret itself, proves a peer holds the unique id's secret).
 #pragma once
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -197,6 +198,10 @@ class HandshakeQueue {
   const char *secretName_;
   size_t trailerLen_;
   std::vector<std::unique_ptr<Waiting>> waiting_;
+  // The poll set, its room reserved at construction: an idle listener's
+  // thread allocates nothing, so a program may fork while it runs (a child
+  // inherits no allocator lock held by it).
+  std::vector<pollfd> pf_;
 };
 
 constexpr uint64_t kHelloMagic = 0x464c414743584831ull;  // "FLAGCXH1"

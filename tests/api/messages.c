@@ -35,13 +35,24 @@ static flagcxResult_t call(const char *mode, int rank, flagcxComm_t comm) {
 int main(int argc, char **argv) {
   if (argc != 2) return 2;
   flagcxUniqueId id;
-  flagcxResult_t r = flagcxGetUniqueId(&id);
+  flagcxResult_t r;
   if (strcmp(argv[1], "uniqueid") == 0) {
+    r = flagcxGetUniqueId(&id);
     printf("uniqueid: %s\n", flagcxGetErrorString(r));
     return 0;
   }
-  if (r != flagcxSuccess) return 1;
+  /* Fork first, then rank 0 makes the id and pipes it over: the id's
+   * rendezvous thread must not exist at fork time (a child could inherit a
+   * lock it held, e.g. the allocator's under ASan). */
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return 1;
   int rank = fork() == 0 ? 1 : 0;
+  if (rank == 0) {
+    if (flagcxGetUniqueId(&id) != flagcxSuccess) return 1;
+    if (write(pipefd[1], &id, sizeof(id)) != (ssize_t)sizeof(id)) return 1;
+  } else if (read(pipefd[0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+    return 1;
+  }
   flagcxComm_t comm;
   if (flagcxCommInitRank(&comm, 2, &id, rank) != flagcxSuccess) return 1;
   r = call(argv[1], rank, comm);
