@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,18 @@ struct Row {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static_assert(sizeof(flagcxUniqueId) <= PIPE_BUF, "one id is one atomic pipe write");
+
+bool readId(int fd, flagcxUniqueId *id) {
+  char *p = reinterpret_cast<char *>(id);
+  for (size_t got = 0; got < sizeof(*id);) {
+    ssize_t n = read(fd, p + got, sizeof(*id) - got);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 int runRank(int rank, int nranks, flagcxUniqueId *id, int pipeFd) {
@@ -103,19 +116,29 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  flagcxUniqueId id;
-  if (flagcxGetUniqueId(&id) != flagcxSuccess) return 1;
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
+  // Fork every rank first, then make the id and hand it down a pipe:
+  // flagcxGetUniqueId starts the rendezvous root's thread, and a child forked
+  // while that thread holds a lock (the allocator's, under a sanitizer) hangs.
+  int fds[2], idPipe[2];
+  if (pipe(fds) != 0 || pipe(idPipe) != 0) return 1;
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; r++) {
     pid_t p = fork();
     if (p == 0) {
       close(fds[0]);
+      close(idPipe[1]);
+      flagcxUniqueId id;
+      if (!readId(idPipe[0], &id)) _exit(1);  // the parent could not make one
       _exit(runRank(r, nranks, &id, fds[1]));
     }
     pids.push_back(p);
   }
+  close(idPipe[0]);
+  flagcxUniqueId id;
+  bool haveId = flagcxGetUniqueId(&id) == flagcxSuccess;
+  for (int r = 0; r < nranks && haveId; r++)  // each write is atomic: under PIPE_BUF
+    haveId = write(idPipe[1], &id, sizeof(id)) == static_cast<ssize_t>(sizeof(id));
+  close(idPipe[1]);
   close(fds[1]);
   std::vector<Row> rows(16);
   ssize_t got = read(fds[0], rows.data(), rows.size() * sizeof(Row));
