@@ -2,7 +2,7 @@
  * device memory handles for kernels that communicate by themselves.
  *
  * Declared so that programs written for FlagCX 0.13 compile; not implemented
- * yet (README, "Not yet"): every function logs one line and returns
+ * yet (README, "Not supported"): every function logs one line and returns
  * flagcxNotSupported.  The types, enumerators and constants have FlagCX 0.13's
  * names, values and layouts.  FlagCX's internal plumbing that its header also
  * declares (the FIFO class, the trigger accessors, IPC table clean-up) is not

@@ -63,13 +63,13 @@ extern "C" flagcxResult_t flagcxCommAbort(flagcxComm_t comm) {
 
 extern "C" flagcxResult_t flagcxCommSuspend(flagcxComm_t comm) {
   API_CHECK(checkComm("flagcxCommSuspend", comm));
-  WARN(kInit, "flagcxCommSuspend: not supported yet (see README, \"Not yet\")");
+  WARN(kInit, "flagcxCommSuspend: not supported yet (see README, \"Not supported\")");
   return flagcxNotSupported;
 }
 
 extern "C" flagcxResult_t flagcxCommResume(flagcxComm_t comm) {
   API_CHECK(checkComm("flagcxCommResume", comm));
-  WARN(kInit, "flagcxCommResume: not supported yet (see README, \"Not yet\")");
+  WARN(kInit, "flagcxCommResume: not supported yet (see README, \"Not supported\")");
   return flagcxNotSupported;
 }
 

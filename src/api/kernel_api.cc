@@ -1,5 +1,5 @@
 // The device API of flagcx_kernel.h: declared for FlagCX 0.13 programs, not
-// implemented yet (README, "Not yet"): one log line, flagcxNotSupported.
+// implemented yet (README, "Not supported"): one log line, flagcxNotSupported.
 #include "flagcx_kernel.h"
 
 #include "base/log.h"
@@ -7,7 +7,7 @@
 namespace {
 flagcxResult_t notYet(const char *fn) {
   WARN(flagcx::kInit, "%s: the device API (flagcx_kernel.h) is not supported yet "
-       "(README, \"Not yet\")", fn);
+       "(README, \"Not supported\")", fn);
   return flagcxNotSupported;
 }
 }  // namespace
