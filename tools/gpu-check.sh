@@ -38,8 +38,8 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 
 say() { echo "== $*"; }
 
-# ---- carried build dependencies (tools/carried-deps.sh) ----
-. tools/carried-deps.sh
+# ---- carried build dependencies (tools/dev/carried-deps.sh) ----
+. tools/dev/carried-deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 
 # ---- NCCL for the pass-through tests ----

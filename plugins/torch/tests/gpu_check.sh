@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../../.."
 B=${1:-build-gpu}
 OUT=$B/torch-gpu
 export NCCL_NVLS_ENABLE=0 UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-[ -f tools/carried-deps.sh ] && . tools/carried-deps.sh
+[ -f tools/dev/carried-deps.sh ] && . tools/dev/carried-deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 PY=${PYTHON:-python3}
 "$PY" -c 'import torch; assert torch.cuda.is_available(), "no GPU"; print("torch", torch.__version__, "cuda", torch.version.cuda)' || exit 1

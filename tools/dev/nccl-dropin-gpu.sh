@@ -6,7 +6,7 @@
 # Prints one summary; exit 1 when any stage fails.  Meant to stay under
 # 8 minutes on one H200 (16 cores).
 #
-#   tools/nccl-dropin-gpu.sh [builddir]          (default build-dropin)
+#   tools/dev/nccl-dropin-gpu.sh [builddir]          (default build-dropin)
 #
 # Environment:
 #   OUT=dir                  logs (the device tool's $OUT)
@@ -41,8 +41,8 @@
 #            drop-in preloaded (losses must be equal), world 2 on GPU 0 with
 #            the drop-in vs gloo (real NCCL refuses two ranks on one GPU)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-REPO=$PWD  # (not ROOT: tools/carried-deps.sh sets that)
+cd "$(dirname "$0")/../.."
+REPO=$PWD  # (not ROOT: tools/dev/carried-deps.sh sets that)
 B=${1:-build-dropin}
 O=${OUT:-$B/nccl-dropin}
 STAGES=${NCCLX_STAGES:-build,tests,single,inproc,compare,procs,same,torch}
@@ -51,7 +51,7 @@ mkdir -p "$O"
 O=$(cd "$O" && pwd)
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 export PATH=$PATH:/usr/local/cuda/bin
-. tools/carried-deps.sh
+. tools/dev/carried-deps.sh
 
 T0=$(date +%s)
 declare -a SUMMARY=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool, carry [".carry"] made by tools/gpu-carry.sh):
+# On the GPU machine (device tool, carry [".carry"] made by tools/dev/gpu-carry.sh):
 # the GPU steps below as one call of about 5 minutes.  Logs under $OUT (a summary on stdout, the rest in $OUT/more.tgz).
 #   1. build build-dropin (CUDA, NCCL pass-through, drop-in, torch plugin)
 #   2. the torch GPU check (every op, DDP, 1 rank and 2 ranks on GPU 0)
@@ -12,13 +12,13 @@
 #      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
 # GPU_PENDING_STEPS=build,torch,bench,kv,dropin picks steps (default all).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 L=${OUT:-build-dropin/pending}; mkdir -p "$L/more"
 STEPS=${GPU_PENDING_STEPS:-build,torch,bench,kv,dropin}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 [ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH
 export PATH=$PATH:/usr/local/cuda/bin NCCL_NVLS_ENABLE=0
-. tools/carried-deps.sh
+. tools/dev/carried-deps.sh
 B=build-dropin; T0=$SECONDS
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__)'
@@ -66,7 +66,7 @@ if want kv; then
 fi
 if want dropin; then
   NCCL_TESTS_TGZ=.carry/nccl-tests.tar.gz NCCL_DEBUG=WARN NCCLX_STAGES=${NCCLX_STAGES:-build,torch,compare} \
-    OUT="$L/more/dropin" timeout ${DROPIN_TIMEOUT:-300} tools/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
+    OUT="$L/more/dropin" timeout ${DROPIN_TIMEOUT:-300} tools/dev/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
   echo "drop-in torch+compare rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
   cp "$L/more/dropin/summary.txt" "$L/dropin-summary.txt" 2>/dev/null
 fi
