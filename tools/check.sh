@@ -41,7 +41,7 @@ if [ "$asan" = 1 ]; then
     meson setup build-asan "${asan_opts[@]}"
   fi
   ninja -C build-asan
-  export LSAN_OPTIONS=suppressions=$PWD/tests/reliability/lsan.supp
+  export LSAN_OPTIONS=suppressions=$PWD/tests/common/lsan.supp
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
     meson test -C build-asan --suite quick --no-suite perf --no-suite waits --print-errorlogs --num-processes 1 \

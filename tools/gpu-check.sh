@@ -75,7 +75,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/test_cuda_onesided tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/mr/test_mr_coll"
+targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/test_cuda_onesided tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -131,9 +131,9 @@ if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
   mtime=$([ "$mfull" = 1 ] && echo 3600 || echo 900)
   run_test matrix-staged env MR_FULL=$mfull MR_DTYPES=all MR_DEVICE=cuda FLAGCX_DEVICE=cuda \
     FLAGCX_USE_HETERO_COMM=1 FLAGCX_IPC_DISABLE=1 FLAGCX_STAGE_SLICE_SIZE=4096 \
-    timeout $mtime "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
+    timeout $mtime "$B/tests/multirank/coll_test" --gtest_filter='Collectives/*'
   run_test matrix-direct env MR_FULL=$mfull MR_DTYPES=all MR_DEVICE=cuda FLAGCX_DEVICE=cuda \
-    FLAGCX_USE_HETERO_COMM=1 timeout $mtime "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
+    FLAGCX_USE_HETERO_COMM=1 timeout $mtime "$B/tests/multirank/coll_test" --gtest_filter='Collectives/*'
 fi
 if [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ]; then
   say "CPU quick suite"
