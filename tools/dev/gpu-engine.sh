@@ -22,8 +22,8 @@ if has build; then
   grep -E "error" "$L/build.log" | head -20
 fi
 if has tests; then
-  timeout 240 build-k/tests/gpu/test_cuda_multi >"$L/cuda_multi.log" 2>&1
-  echo "test_cuda_multi rc $?"
+  timeout 240 build-k/tests/gpu/cuda_multi_test >"$L/cuda_multi.log" 2>&1
+  echo "cuda_multi_test rc $?"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$L/cuda_multi.log"
 fi
 bench() {  # $1: log name; the rest: environment

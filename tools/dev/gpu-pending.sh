@@ -5,7 +5,7 @@
 #   2. the torch GPU check (every op, DDP, 1 rank and 2 ranks on GPU 0)
 #   3. the torch benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
 #      200 calls x 5 rounds
-#   4. the P2P engine's device path: the batched-copy test, test_p2p_cuda, and
+#   4. the P2P engine's device path: the batched-copy test, p2p_cuda_test, and
 #      kv_transfer --device cuda (KV_TOKENS, KV_BATCH, KV_ITERS, KV_TRACE)
 #   5. the NCCL drop-in's stages (NCCLX_STAGES, default build,torch,compare;
 #      DROPIN_TIMEOUT, default 300 s): torch (DDP losses, NCCL_DEBUG=WARN) and
@@ -41,8 +41,8 @@ if want bench; then
   echo "torch bench rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
 fi
 if want kv; then
-  { timeout 120 $B/tests/gpu/test_cuda_adapter --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
-    timeout 120 $B/tests/p2p/test_p2p_cuda; echo "test_p2p_cuda rc $?"
+  { timeout 120 $B/tests/gpu/cuda_adapter_test --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
+    timeout 120 $B/tests/p2p/p2p_cuda_test; echo "p2p_cuda_test rc $?"
     # KV_TOKENS: tokens per block (16: 32 KiB pieces, 64: 128 KiB, 512: 1 MiB);
     # KV_BATCH: FLAGCX_P2P_IPC_BATCH_BYTES values, each run in turn (0: one
     # batch per transfer); KV_TRACE=1 adds a run with the P2P TRACE lines.

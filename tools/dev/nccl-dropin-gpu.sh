@@ -110,7 +110,7 @@ if want build; then
     meson compile -C "$B" flagcx && ninja -C "$B" plugins/nccl/libnccl.so.2.28.9 &&
     ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog &&
     { ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog_real || echo "(no NVIDIA libnccl.so to link)"; } &&
-    { ninja -C "$B" plugins/nccl/tests/unit_nccl_dropin || echo "(no GoogleTest: unit test not built)"; }
+    { ninja -C "$B" plugins/nccl/tests/nccl_dropin_translate_test || echo "(no GoogleTest: unit test not built)"; }
   } > "$O/build.log" 2>&1
   result build $? "flagcx + drop-in ($(ls "$DROPIN"/libnccl.so.2* 2>/dev/null | head -1))"
 fi
@@ -160,7 +160,7 @@ check_log() {  # log rc -> 0 when clean
 if want tests; then
   t="nccl-dropin-exports nccl-dropin-prog"
   [ -x "$B/plugins/nccl/tests/nccl_dropin_prog_real" ] && t="$t nccl-dropin-preload"
-  [ -x "$B/plugins/nccl/tests/unit_nccl_dropin" ] && t="$t unit-nccl-dropin"
+  [ -x "$B/plugins/nccl/tests/nccl_dropin_translate_test" ] && t="$t unit-nccl-dropin"
   meson test -C "$B" --no-rebuild --print-errorlogs $t > "$O/dropin-tests.log" 2>&1
   result tests $? "exports, nccl.h program, translation units ($(grep -c '^ *[0-9]*/[0-9]* .*OK' "$O/dropin-tests.log") ok)"
 fi
