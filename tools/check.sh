@@ -32,7 +32,7 @@ if [ "$asan" = 1 ]; then
   # with _exit(), so LeakSanitizer only judges the test processes themselves.
   # -O1, not the release build's -O3: the sanitizers' usual level, and it
   # compiles the ASan build 2.5x faster (the test sources most: 47 s -> 17 s
-  # for tests/sched/test_sched.cc).  No CUDA: its tests need a GPU and skip
+  # for tests/sched/sched_test.cc).  No CUDA: its tests need a GPU and skip
   # here, while nvcc took 4 min of CPU in this build.
   asan_opts=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1 -Dcuda=disabled)
   if [ -f build-asan/build.ninja ]; then
@@ -41,7 +41,7 @@ if [ "$asan" = 1 ]; then
     meson setup build-asan "${asan_opts[@]}"
   fi
   ninja -C build-asan
-  export LSAN_OPTIONS=suppressions=$PWD/tests/reliability/lsan.supp
+  export LSAN_OPTIONS=suppressions=$PWD/tests/common/lsan.supp
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
     meson test -C build-asan --suite quick --no-suite perf --no-suite waits --print-errorlogs --num-processes 1 \

@@ -38,8 +38,8 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 
 say() { echo "== $*"; }
 
-# ---- carried build dependencies (tools/carried-deps.sh) ----
-. tools/carried-deps.sh
+# ---- carried build dependencies (tools/dev/carried-deps.sh) ----
+. tools/dev/carried-deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 
 # ---- NCCL for the pass-through tests ----
@@ -75,7 +75,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/test_cuda_adapter tests/gpu/test_cuda_multi tests/gpu/test_cuda_onesided tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/mr/test_mr_coll"
+targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -110,9 +110,9 @@ run_test() {  # name, command...
 TESTS=${GPU_CHECK_TESTS:-1}
 BENCH=${GPU_CHECK_BENCH:-1}
 if [ "$TESTS" = 1 ]; then
-  run_test cuda-adapter timeout 300 "$B/tests/gpu/test_cuda_adapter"
-  run_test cuda-multi timeout 600 "$B/tests/gpu/test_cuda_multi"
-  run_test cuda-onesided timeout 600 "$B/tests/gpu/test_cuda_onesided"
+  run_test cuda-adapter timeout 300 "$B/tests/gpu/cuda_adapter_test"
+  run_test cuda-multi timeout 600 "$B/tests/gpu/cuda_multi_test"
+  run_test cuda-onesided timeout 600 "$B/tests/gpu/cuda_onesided_test"
 fi
 if [ "$BENCH" = 1 ]; then
   run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
@@ -131,9 +131,9 @@ if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
   mtime=$([ "$mfull" = 1 ] && echo 3600 || echo 900)
   run_test matrix-staged env MR_FULL=$mfull MR_DTYPES=all MR_DEVICE=cuda FLAGCX_DEVICE=cuda \
     FLAGCX_USE_HETERO_COMM=1 FLAGCX_IPC_DISABLE=1 FLAGCX_STAGE_SLICE_SIZE=4096 \
-    timeout $mtime "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
+    timeout $mtime "$B/tests/multirank/coll_test" --gtest_filter='Collectives/*'
   run_test matrix-direct env MR_FULL=$mfull MR_DTYPES=all MR_DEVICE=cuda FLAGCX_DEVICE=cuda \
-    FLAGCX_USE_HETERO_COMM=1 timeout $mtime "$B/tests/mr/test_mr_coll" --gtest_filter='Collectives/*'
+    FLAGCX_USE_HETERO_COMM=1 timeout $mtime "$B/tests/multirank/coll_test" --gtest_filter='Collectives/*'
 fi
 if [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ]; then
   say "CPU quick suite"

@@ -1,4 +1,4 @@
-// The victim of the hostile-peer tests (test_p2p_hostile*.cc, docs/P2P.md,
+// The victim of the hostile-peer tests (p2p_hostile*_test.cc, docs/P2P.md,
 // "Security"): a real P2P engine in a process of its own, serving its RPC
 // port, with two registered regions between canary pages and a secret
 // string outside every region; on request it reports its canaries, its

@@ -1,4 +1,4 @@
-// Test data for the benchmarks (and the collective tests in tests/mr):
+// Test data for the benchmarks (and the collective tests in tests/multirank):
 // rank- and index-dependent values that every dtype holds exactly, typed
 // fill and check loops, and half/bfloat16 conversions of our own.
 //
@@ -12,7 +12,7 @@
 //   - k is not periodic: its low part is a permutation of i mod 16 and its
 //     high part an odd-weighted sum of i's higher hex digits, so the blocks
 //     of one rank's buffer differ from each other (a scatter or an alltoall
-//     that hands out the wrong block is caught; tests/mr checks this
+//     that hands out the wrong block is caught; tests/multirank checks this
 //     property for every count and rank count it uses).
 // A fill or a check costs one table look-up per element (the table is
 // indexed by the key) plus a few operations per 16 elements.

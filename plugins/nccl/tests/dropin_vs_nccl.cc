@@ -18,7 +18,7 @@
 // best-of-60 moved cells by more than the bound in both directions, for
 // NVIDIA against itself too).  The drop-in's bound (1 % at >= 1 MiB,
 // 0.3 us below) is applied to that median, for the drop-in and the control.  A benchmark, not a test: exit 0 when the
-// drop-in is within the bound everywhere.  Built by tools/nccl-dropin-gpu.sh.
+// drop-in is within the bound everywhere.  Built by tools/dev/nccl-dropin-gpu.sh.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>

@@ -1,4 +1,4 @@
-/* Stands in for NVIDIA's libnccl in test_forward.c: the test copies this
+/* Stands in for NVIDIA's libnccl in forward_test.c: the test copies this
  * library to two directories as libnccl.so.2 and loads both, as a process
  * with torch's wheel NCCL and flagcx's pass-through NCCL does.  Its own
  * ncclGetVersion answers the number the test gave this copy; askVersion

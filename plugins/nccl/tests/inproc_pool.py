@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pools several runs of dropin_vs_nccl (tools/nccl-dropin-gpu.sh, stage
+"""Pools several runs of dropin_vs_nccl (tools/dev/nccl-dropin-gpu.sh, stage
 inproc, NCCLX_INPROC_RUNS) into one verdict on the drop-in's bound (1 % at >= 1 MiB, 0.3 us below).
 
 Each run prints, per op and size, the median over its rounds of the paired

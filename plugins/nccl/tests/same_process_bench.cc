@@ -1,7 +1,7 @@
 // Allreduce with 2 ranks in one process on one GPU through the drop-in
 // (ncclCommInitAll with devlist {0, 0}): time per call against the bound of a
 // one-GPU allreduce, measured in the same run.  A benchmark, not a test:
-// tools/nccl-dropin-gpu.sh builds it with nvcc and keeps its output.
+// tools/dev/nccl-dropin-gpu.sh builds it with nvcc and keeps its output.
 //
 // Bound: each of n ranks on one GPU reads its input and writes its output,
 // and the reduction reads every input once more, so a 2-rank allreduce moves

@@ -1,7 +1,7 @@
 // Two ranks in one process on one GPU through the drop-in: ncclCommInitAll
 // with devlist {0, 0}, then allreduce / allgather / send-recv issued from one
 // thread in groups on two CUDA streams.  Built and run by
-// tools/nccl-dropin-gpu.sh (nvcc, linked to the drop-in).  Prints OK or FAIL
+// tools/dev/nccl-dropin-gpu.sh (nvcc, linked to the drop-in).  Prints OK or FAIL
 // lines; exit 0 only when every result is right.
 #include <cstdio>
 #include <vector>

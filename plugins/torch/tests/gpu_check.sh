@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../../.."
 B=${1:-build-gpu}
 OUT=$B/torch-gpu
 export NCCL_NVLS_ENABLE=0 UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-[ -f tools/carried-deps.sh ] && . tools/carried-deps.sh
+[ -f tools/dev/carried-deps.sh ] && . tools/dev/carried-deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 PY=${PYTHON:-python3}
 "$PY" -c 'import torch; assert torch.cuda.is_available(), "no GPU"; print("torch", torch.__version__, "cuda", torch.version.cuda)' || exit 1
@@ -39,17 +39,17 @@ step() {  # step NAME ENV... -- CMD...
     echo "PASS $name"; pass=$((pass + 1))
   else
     echo "FAIL $name (see $OUT/$name.log)"; fail=$((fail + 1))
-    pkill -9 -f "python[0-9.]* .*(test_ops|test_ddp|example|bench_allreduce)\.py" 2>/dev/null
+    pkill -9 -f "python[0-9.]* .*(ops_test|ddp_test|example|bench_allreduce)\.py" 2>/dev/null
   fi
 }
 run1="$PY -m torch.distributed.run --nproc_per_node 1 --master_port 29611"
 run2="$PY -m torch.distributed.run --nproc_per_node 2 --master_port 29612"
-step ops-cuda-1rank-nccl -- $run1 $T/test_ops.py --device cuda
-step ops-cuda-2ranks-gpu0-engine FLAGCX_USE_HETERO_COMM=1 CUDA_VISIBLE_DEVICES=0 -- $run2 $T/test_ops.py --device cuda
-step ops-cuda-cpu:gloo,cuda:flagcx CUDA_VISIBLE_DEVICES=0 FLAGCX_USE_HETERO_COMM=1 -- $run2 $T/test_ops.py --device cuda --backend cpu:gloo,cuda:flagcx
-step ops-cpu-staged-cpu:flagcx,cuda:flagcx CUDA_VISIBLE_DEVICES=0 FLAGCX_USE_HETERO_COMM=1 -- $run2 $T/test_ops.py --device cpu --backend cpu:flagcx,cuda:flagcx
-step ddp-cuda-1rank-nccl -- $run1 $T/test_ddp.py --device cuda
-step ddp-cuda-2ranks-gpu0-engine FLAGCX_USE_HETERO_COMM=1 CUDA_VISIBLE_DEVICES=0 -- $run2 $T/test_ddp.py --device cuda
+step ops-cuda-1rank-nccl -- $run1 $T/ops_test.py --device cuda
+step ops-cuda-2ranks-gpu0-engine FLAGCX_USE_HETERO_COMM=1 CUDA_VISIBLE_DEVICES=0 -- $run2 $T/ops_test.py --device cuda
+step ops-cuda-cpu:gloo,cuda:flagcx CUDA_VISIBLE_DEVICES=0 FLAGCX_USE_HETERO_COMM=1 -- $run2 $T/ops_test.py --device cuda --backend cpu:gloo,cuda:flagcx
+step ops-cpu-staged-cpu:flagcx,cuda:flagcx CUDA_VISIBLE_DEVICES=0 FLAGCX_USE_HETERO_COMM=1 -- $run2 $T/ops_test.py --device cpu --backend cpu:flagcx,cuda:flagcx
+step ddp-cuda-1rank-nccl -- $run1 $T/ddp_test.py --device cuda
+step ddp-cuda-2ranks-gpu0-engine FLAGCX_USE_HETERO_COMM=1 CUDA_VISIBLE_DEVICES=0 -- $run2 $T/ddp_test.py --device cuda
 step example-cuda-1rank -- $run1 examples/torch/example.py --device cuda
 step bench-cuda-1rank-vs-nccl -- $run1 examples/torch/bench_allreduce.py --device cuda --compare nccl --iters 20 --rounds 3
 echo "== benchmark (1 rank, flagcx through the NCCL pass-through vs nccl):"

@@ -2,7 +2,7 @@
 # The P2P engine on a GPU machine (docs/P2P.md): the device-memory test, then
 # kv_transfer on device buffers (CUDA IPC between two processes of one host)
 # and on host buffers, with their baselines, on an idle machine.
-# usage: tools/p2p-gpu.sh [BUILD_DIR]
+# usage: tools/dev/p2p-gpu.sh [BUILD_DIR]
 set -u
 build=${1:-build}
 echo "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $(nproc) cores; loadavg $(cat /proc/loadavg)"

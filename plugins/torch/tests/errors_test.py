@@ -19,7 +19,7 @@ from torch.distributed import distributed_c10d as c10d
 import flagcx
 
 rank, world = flagcx.env_from_mpi()
-assert world == 2, "test_errors.py runs on 2 ranks"
+assert world == 2, "errors_test.py runs on 2 ranks"
 os.environ.pop("FLAGCX_TIMEOUT", None)  # the group's timeout must be the one used
 dist.init_process_group("flagcx", rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=5))

@@ -2,14 +2,14 @@
 # On the GPU machine: the engine's allreduce with ranks sharing one GPU, with and
 # without the CUDA MPS daemon, the direct path of src/exec/shm_direct.cc against the ring
 # schedule (FLAGCX_SHM_DIRECT_BYTES=0), plus the CUDA engine tests.  Run from the repository
-# root through the device tool with carry [".carry"] (tools/gpu-carry.sh fills it):
-#   tools/gpu-engine.sh            # logs under $OUT/logs (or ./gpu-engine-logs)
+# root through the device tool with carry [".carry"] (tools/dev/gpu-carry.sh fills it):
+#   tools/dev/gpu-engine.sh            # logs under $OUT/logs (or ./gpu-engine-logs)
 # ENGINE_STEPS=build,tests,bench picks steps; ENGINE_NRANKS (2), ENGINE_MAX_MIB (1024).
 set -u
 L=${OUT:-$PWD/gpu-engine-logs}/logs
 mkdir -p "$L"
 export PATH=$PATH:/usr/local/cuda/bin
-. tools/carried-deps.sh
+. tools/dev/carried-deps.sh
 steps=${ENGINE_STEPS:-build,tests,bench}
 n=${ENGINE_NRANKS:-2}
 max=${ENGINE_MAX_MIB:-1024}
@@ -22,8 +22,8 @@ if has build; then
   grep -E "error" "$L/build.log" | head -20
 fi
 if has tests; then
-  timeout 240 build-k/tests/gpu/test_cuda_multi >"$L/cuda_multi.log" 2>&1
-  echo "test_cuda_multi rc $?"
+  timeout 240 build-k/tests/gpu/cuda_multi_test >"$L/cuda_multi.log" 2>&1
+  echo "cuda_multi_test rc $?"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$L/cuda_multi.log"
 fi
 bench() {  # $1: log name; the rest: environment

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool, carry [".carry"] made by tools/gpu-carry.sh):
+# On the GPU machine (device tool, carry [".carry"] made by tools/dev/gpu-carry.sh):
 # the GPU steps below as one call of about 5 minutes.  Logs under $OUT (a summary on stdout, the rest in $OUT/more.tgz).
 #   1. build build-dropin (CUDA, NCCL pass-through, drop-in, torch plugin)
 #   2. the torch GPU check (every op, DDP, 1 rank and 2 ranks on GPU 0)
 #   3. the torch benchmark: all_reduce 1-256 MiB, flagcx vs nccl, 1 rank,
 #      200 calls x 5 rounds
-#   4. the P2P engine's device path: the batched-copy test, test_p2p_cuda, and
+#   4. the P2P engine's device path: the batched-copy test, p2p_cuda_test, and
 #      kv_transfer --device cuda (KV_TOKENS, KV_BATCH, KV_ITERS, KV_TRACE)
 #   5. the NCCL drop-in's stages (NCCLX_STAGES, default build,torch,compare;
 #      DROPIN_TIMEOUT, default 300 s): torch (DDP losses, NCCL_DEBUG=WARN) and
 #      compare (time per call against NVIDIA's NCCL; builds nccl-tests first)
 # GPU_PENDING_STEPS=build,torch,bench,kv,dropin picks steps (default all).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 L=${OUT:-build-dropin/pending}; mkdir -p "$L/more"
 STEPS=${GPU_PENDING_STEPS:-build,torch,bench,kv,dropin}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 [ -d /opt/torch/.venv/bin ] && export PATH=/opt/torch/.venv/bin:$PATH
 export PATH=$PATH:/usr/local/cuda/bin NCCL_NVLS_ENABLE=0
-. tools/carried-deps.sh
+. tools/dev/carried-deps.sh
 B=build-dropin; T0=$SECONDS
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__)'
@@ -41,8 +41,8 @@ if want bench; then
   echo "torch bench rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
 fi
 if want kv; then
-  { timeout 120 $B/tests/gpu/test_cuda_adapter --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
-    timeout 120 $B/tests/p2p/test_p2p_cuda; echo "test_p2p_cuda rc $?"
+  { timeout 120 $B/tests/gpu/cuda_adapter_test --gtest_filter='CudaBatchCopy*'; echo "batch-copy test rc $?"
+    timeout 120 $B/tests/p2p/p2p_cuda_test; echo "p2p_cuda_test rc $?"
     # KV_TOKENS: tokens per block (16: 32 KiB pieces, 64: 128 KiB, 512: 1 MiB);
     # KV_BATCH: FLAGCX_P2P_IPC_BATCH_BYTES values, each run in turn (0: one
     # batch per transfer); KV_TRACE=1 adds a run with the P2P TRACE lines.
@@ -66,7 +66,7 @@ if want kv; then
 fi
 if want dropin; then
   NCCL_TESTS_TGZ=.carry/nccl-tests.tar.gz NCCL_DEBUG=WARN NCCLX_STAGES=${NCCLX_STAGES:-build,torch,compare} \
-    OUT="$L/more/dropin" timeout ${DROPIN_TIMEOUT:-300} tools/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
+    OUT="$L/more/dropin" timeout ${DROPIN_TIMEOUT:-300} tools/dev/nccl-dropin-gpu.sh $B > "$L/more/dropin-stdout.log" 2>&1
   echo "drop-in torch+compare rc $? at $((SECONDS - T0))s" >> "$L/env.txt"
   cp "$L/more/dropin/summary.txt" "$L/dropin-summary.txt" 2>/dev/null
 fi

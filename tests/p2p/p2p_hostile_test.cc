@@ -116,7 +116,7 @@ TEST_F(Hostile, AddressesOutsideRegionsAreRefused) {
 // Messages are allocated only within the receiver's queue (1 MiB here): a
 // bigger one is refused once its bytes are read off, a 4 GiB header costs
 // nothing; a connection the RPC server took keeps none (nothing can Recv
-// on it; test_p2p_unit caps one that Accept handed out).
+// on it; p2p_engine_test caps one that Accept handed out).
 TEST_F(Hostile, GiantAndUnreceivedSendsAreBounded) {
   VictimStatus before = status();
   auto s = tcpSession();

@@ -98,7 +98,7 @@ TEST(CudaOneSided, DeviceWindowsTwoRanks) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (int rc = gputest::skipUnlessGpu("test_cuda_onesided")) return rc;
+  if (int rc = gputest::skipUnlessGpu("cuda_onesided_test")) return rc;
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -1,7 +1,7 @@
 """Every operation of the "flagcx" backend, checked against closed-form
 values (any number of ranks; launched by launch.py -n N, or torchrun).
 
-    test_ops.py [--device cpu|cuda] [--backend flagcx|cpu:gloo,cuda:flagcx|...]
+    ops_test.py [--device cpu|cuda] [--backend flagcx|cpu:gloo,cuda:flagcx|...]
 
 CPU tensors by default; --device cuda (torch 2.x with CUDA) puts every
 tensor on the rank's GPU (LOCAL_RANK modulo the visible GPUs).

@@ -405,7 +405,7 @@ TEST(UserAlgorithms, BrokenScriptFailsInit) {
 
 namespace {
 
-// FLAGCX_CLUSTER_SPLIT_LIST: tests/mr/test_split_list.cc.
+// FLAGCX_CLUSTER_SPLIT_LIST: tests/multirank/split_list_test.cc.
 
 }  // namespace
 

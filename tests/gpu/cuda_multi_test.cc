@@ -368,7 +368,7 @@ TEST(CudaComm, EngineDeviceBuffersSharedGpu) {
 // waits for the collective (an event) and the caller queues more legacy work
 // right away.  Buffers are slices of one
 // cudaMalloc block, as the caching allocator hands them out; the first op is
-// a small in-place int8 allreduce, as in test_ops.py.  A hang is a deadlock
+// a small in-place int8 allreduce, as in ops_test.py.  A hang is a deadlock
 // between the engine's device work and the caller's streams.
 int torchStyleRank(int rank, int nranks, flagcxUniqueId *id) {
   setDeviceEnv("cuda");
@@ -500,7 +500,7 @@ TEST(CudaComm, MixedCudaAndHostRanks) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (int rc = gputest::skipUnlessGpu("test_cuda_multi")) return rc;
+  if (int rc = gputest::skipUnlessGpu("cuda_multi_test")) return rc;
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -2,7 +2,7 @@
 """The C ABI of flagcx_p2p.h (flagcxP2pRpc*) from Python through ctypes, as a
 transfer framework would use it: one engine serves its own RPC port, connects
 to it by "host:port", and writes between two registered buffers by absolute
-address.  usage: FLAGCX_SOCKET_IFNAME=lo FLAGCX_SOCKET_FAMILY=AF_INET test_p2p_ctypes.py LIBFLAGCX"""
+address.  usage: FLAGCX_SOCKET_IFNAME=lo FLAGCX_SOCKET_FAMILY=AF_INET p2p_ctypes_test.py LIBFLAGCX"""
 import ctypes
 import sys
 

@@ -271,7 +271,7 @@ std::string runInfo(const std::vector<std::string> &files, int *rc) {
     if (n > 0) {
       self[n] = '\0';
       std::string dir(self);
-      dir = dir.substr(0, dir.rfind('/'));  // <build>/tests/reliability
+      dir = dir.substr(0, dir.rfind('/'));  // <build>/tests/multirank
       path = dir + "/../../tools/flagcx-info";
     }
   }

@@ -1,4 +1,4 @@
-# Sourced by tools/gpu-check.sh and tools/gpu-perf.sh (from the repository
+# Sourced by tools/gpu-check.sh and tools/dev/gpu-perf.sh (from the repository
 # root): where LuaJIT / yaml-cpp / GoogleTest development files are missing
 # (the device tool's image), unpack the Debian packages carried in
 # .carry/gpu-deps/debs under .carry/gpu-deps/root (never into /) and point

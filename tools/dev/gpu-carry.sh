@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Prepares .carry/ on the CPU machine for the device tool's GPU machine (its
 # image has no LuaJIT, yaml-cpp or GoogleTest, an older nccl.h, and no
-# nccl-tests): Debian runtime/dev packages for tools/carried-deps.sh, NCCL
+# nccl-tests): Debian runtime/dev packages for tools/dev/carried-deps.sh, NCCL
 # 2.28.9's headers for the drop-in, and nccl-tests' source.  Then pass
-# carry [".carry"] to the device tool and run e.g. tools/gpu-pending.sh there.
+# carry [".carry"] to the device tool and run e.g. tools/dev/gpu-pending.sh there.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mkdir -p .carry/gpu-deps/debs .carry/nccl-h
 ( cd .carry/gpu-deps/debs &&
   apt-get download libluajit-5.1-2 libluajit-5.1-common libluajit-5.1-dev libyaml-cpp0.7 \

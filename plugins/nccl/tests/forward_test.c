@@ -24,7 +24,7 @@ static int copyTo(const char *src, const char *dir, char *out, size_t outLen) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: test_forward STAND_IN_LIBRARY\n");
+    fprintf(stderr, "usage: nccl_dropin_forward_test STAND_IN_LIBRARY\n");
     return 2;
   }
   int fails = 0, v = 0;

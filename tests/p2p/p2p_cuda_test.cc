@@ -149,7 +149,7 @@ int initiator(int rfd) {
 }  // namespace
 
 int main() {
-  if (int rc = gputest::skipUnlessGpu("test_p2p_cuda")) return rc;
+  if (int rc = gputest::skipUnlessGpu("p2p_cuda_test")) return rc;
   int fds[2];
   if (pipe(fds) != 0) return 1;
   pid_t p = fork();

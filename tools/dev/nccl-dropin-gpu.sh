@@ -6,7 +6,7 @@
 # Prints one summary; exit 1 when any stage fails.  Meant to stay under
 # 8 minutes on one H200 (16 cores).
 #
-#   tools/nccl-dropin-gpu.sh [builddir]          (default build-dropin)
+#   tools/dev/nccl-dropin-gpu.sh [builddir]          (default build-dropin)
 #
 # Environment:
 #   OUT=dir                  logs (the device tool's $OUT)
@@ -41,8 +41,8 @@
 #            drop-in preloaded (losses must be equal), world 2 on GPU 0 with
 #            the drop-in vs gloo (real NCCL refuses two ranks on one GPU)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-REPO=$PWD  # (not ROOT: tools/carried-deps.sh sets that)
+cd "$(dirname "$0")/../.."
+REPO=$PWD  # (not ROOT: tools/dev/carried-deps.sh sets that)
 B=${1:-build-dropin}
 O=${OUT:-$B/nccl-dropin}
 STAGES=${NCCLX_STAGES:-build,tests,single,inproc,compare,procs,same,torch}
@@ -51,7 +51,7 @@ mkdir -p "$O"
 O=$(cd "$O" && pwd)
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared machines
 export PATH=$PATH:/usr/local/cuda/bin
-. tools/carried-deps.sh
+. tools/dev/carried-deps.sh
 
 T0=$(date +%s)
 declare -a SUMMARY=()
@@ -110,7 +110,7 @@ if want build; then
     meson compile -C "$B" flagcx && ninja -C "$B" plugins/nccl/libnccl.so.2.28.9 &&
     ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog &&
     { ninja -C "$B" plugins/nccl/tests/nccl_dropin_prog_real || echo "(no NVIDIA libnccl.so to link)"; } &&
-    { ninja -C "$B" plugins/nccl/tests/unit_nccl_dropin || echo "(no GoogleTest: unit test not built)"; }
+    { ninja -C "$B" plugins/nccl/tests/nccl_dropin_translate_test || echo "(no GoogleTest: unit test not built)"; }
   } > "$O/build.log" 2>&1
   result build $? "flagcx + drop-in ($(ls "$DROPIN"/libnccl.so.2* 2>/dev/null | head -1))"
 fi
@@ -160,7 +160,7 @@ check_log() {  # log rc -> 0 when clean
 if want tests; then
   t="nccl-dropin-exports nccl-dropin-prog"
   [ -x "$B/plugins/nccl/tests/nccl_dropin_prog_real" ] && t="$t nccl-dropin-preload"
-  [ -x "$B/plugins/nccl/tests/unit_nccl_dropin" ] && t="$t unit-nccl-dropin"
+  [ -x "$B/plugins/nccl/tests/nccl_dropin_translate_test" ] && t="$t unit-nccl-dropin"
   meson test -C "$B" --no-rebuild --print-errorlogs $t > "$O/dropin-tests.log" 2>&1
   result tests $? "exports, nccl.h program, translation units ($(grep -c '^ *[0-9]*/[0-9]* .*OK' "$O/dropin-tests.log") ok)"
 fi

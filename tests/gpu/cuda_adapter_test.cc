@@ -647,7 +647,7 @@ TEST(CudaBatchCopy, RingWrapsAndGrowsWithoutMixingBatches) {
 }
 
 // ---------- IPC handle plumbing inside one process (the two-process test
-// is in test_cuda_multi) ----------
+// is in cuda_multi_test) ----------
 
 TEST(CudaIpc, HandleFillAndRefusals) {
   flagcxIpcMemHandle_t h;
@@ -666,7 +666,7 @@ TEST(CudaIpc, HandleFillAndRefusals) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (int rc = gputest::skipUnlessGpu("test_cuda_adapter")) return rc;
+  if (int rc = gputest::skipUnlessGpu("cuda_adapter_test")) return rc;
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

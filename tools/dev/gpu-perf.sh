@@ -8,17 +8,17 @@
 # with N ranks (default 2) on this host; local rank i uses GPU i % #GPUs, so
 # on a one-GPU machine every rank shares GPU 0 (the engine's direct mode).
 #
-#   tools/gpu-perf.sh [builddir] [nranks] [extra test_allreduce flags...]
+#   tools/dev/gpu-perf.sh [builddir] [nranks] [extra test_allreduce flags...]
 #
 # Uses the Debian packages in .carry/gpu-deps/debs where LuaJIT / yaml-cpp
-# development files are missing (tools/carried-deps.sh).  Exit status: the
+# development files are missing (tools/dev/carried-deps.sh).  Exit status: the
 # benchmark's (non-zero on any wrong element).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 B=${1:-build-gpu-perf}
 N=${2:-2}
 shift $(( $# > 2 ? 2 : $# ))
-. tools/carried-deps.sh
+. tools/dev/carried-deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 export NCCL_NVLS_ENABLE=0
 if [ ! -f "$B/build.ninja" ]; then
