@@ -56,6 +56,7 @@ static_assert(sizeof(PullNote) == 72);
 // before the job starts.
 struct BgFold {
   RecvFold f;
+  RecvFold::Fn fn = nullptr;  // the Conn's reduction (Transport::setReduce)
   const char *src = nullptr;
 };
 
@@ -164,24 +165,19 @@ void stripeOf(uint64_t length, int nstripes, int lane, uint64_t *offset, uint64_
 
 class FramedConn final : public Conn {
  public:
-  FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> lanes);
+  // `reduce`: what irecvFold folds with; null: this Conn never folds.
+  FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> lanes,
+             RecvFold::Fn reduce = nullptr);
   ~FramedConn() override;
 
-  const char *kind() const override { return kind_; }
-  int peer() const override { return desc_.peer; }
   flagcxResult_t isend(const void *buf, size_t bytes, uint64_t tag, int *req) override;
   flagcxResult_t irecv(void *buf, size_t bytes, uint64_t tag, int *req) override;
   flagcxResult_t test(int req, bool *done, size_t *bytes) override;
   flagcxResult_t progress() override;
   void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) override;
-  uint64_t peerGaveUpOn() const override { return peerGaveUpOn_; }
-  uint64_t inboundTag() const override;
+  Status status() const override;
   flagcxResult_t checkAlive() override;
   int waitFds(struct pollfd *fds, int max) override;
-  Mismatch mismatch() const override { return mismatch_; }
-  size_t sliceHint() const override { return sliceHint_; }
-  pid_t peerPid() const override { return lanes_.empty() ? 0 : lanes_[0].pipe->peerPid(); }
-  bool foldsOnReceive(size_t bytes) const override;
   flagcxResult_t irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
                            int *req) override;
 
@@ -276,8 +272,7 @@ class FramedConn final : public Conn {
   int pullHead_ = 0, pullCount_ = 0;
   uint64_t pullsDone_ = 0;
   bool canPull_ = false;
-  size_t sliceHint_ = 0;
-  bool foldsOnReceive_ = false;
+  RecvFold::Fn reduce_ = nullptr;
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
   bool poisoned_ = false;  // an error frame went out (see poison())

@@ -83,8 +83,8 @@ flagcxResult_t FramedConn::foldUpTo(Lane &l, uint64_t end) {
   if (!r.folds || end <= l.rFolded) return flagcxSuccess;
   size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
   size_t n = static_cast<size_t>(end - l.rFolded);
-  flagcxResult_t rc = r.fold.fn(r.fold.dst + at, r.fold.base + at, r.buf + at, n / r.fold.elem,
-                                r.fold.dt, r.fold.op);
+  flagcxResult_t rc =
+      reduce_(r.fold.dst + at, r.fold.base + at, r.buf + at, n / r.fold.elem, r.fold.dt, r.fold.op);
   if (rc != flagcxSuccess) {
     WARN(kNet, "%s conn rank %d <- peer %d: reducing %zu received bytes failed", kind_,
          desc_.self, desc_.peer, n);
@@ -94,10 +94,16 @@ flagcxResult_t FramedConn::foldUpTo(Lane &l, uint64_t end) {
   return flagcxSuccess;
 }
 
-uint64_t FramedConn::inboundTag() const {
+Conn::Status FramedConn::status() const {
+  Status st;
+  st.peerGaveUpOn = peerGaveUpOn_;
+  st.mismatch = mismatch_;
   for (const Lane &l : lanes_)
-    if (l.rHdrReady && l.rSlot < 0) return l.rHdr.tag;
-  return 0;
+    if (l.rHdrReady && l.rSlot < 0) {
+      st.inboundTag = l.rHdr.tag;
+      break;
+    }
+  return st;
 }
 
 flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
@@ -202,6 +208,7 @@ flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
         FLAGCX_CHECK(foldUpTo(l, l.rDone - l.rDone % r.fold.elem));
         size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
         bf.f = r.fold;
+        bf.fn = reduce_;
         bf.f.dst += at;
         bf.f.base += at;
         bf.src = r.buf + at;

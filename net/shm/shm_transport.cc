@@ -475,7 +475,7 @@ class ShmTransport final : public Transport {
         lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, tx, p.mine,
                                                   ringAt(*p.mine, c, ringBytes), ringBytes,
                                                   tx->pullOk.load(std::memory_order_acquire) != 0));
-        out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes)));
+        out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes), reduce_));
       }
     }
     INFO(kShm, "shm: rank %d connected to %zu peer(s), %d channel(s), %" PRIu64 "-byte rings", me,

@@ -418,7 +418,7 @@ class SocketTransport final : public Transport {
           pipes.push_back(
               std::make_unique<SocketPipe>(d, l, std::move(fd), theirs[i].addr, plan.helpers));
         }
-        out->push_back(std::make_unique<FramedConn>("socket", d, std::move(pipes)));
+        out->push_back(std::make_unique<FramedConn>("socket", d, std::move(pipes), reduce_));
       }
     }
     INFO(kNet, "socket: rank %d connected to %zu peer(s), %d channel(s)", me, peers.size(),
