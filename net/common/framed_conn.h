@@ -242,6 +242,14 @@ class FramedConn final : public Conn {
   flagcxResult_t post(Kind kind, void *buf, size_t bytes, uint64_t tag, int *req);
   flagcxResult_t progressSend(Lane &l, int li, bool *moved);
   flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
+  // progressRecv's parts (framed_recv.cc): a frame header, what can follow
+  // it, and a stripe's payload.
+  flagcxResult_t readHeader(Lane &l, int li, bool *moved, bool *ready);
+  flagcxResult_t closedInHeader(Lane &l, int li, bool *moved);
+  flagcxResult_t takeErrorFrame(Lane &l, bool *moved);
+  flagcxResult_t readPullNote(Lane &l, int li, bool *moved);
+  flagcxResult_t readPayload(Lane &l, int li, bool *moved, bool *whole);
+  flagcxResult_t startBgRecv(Lane &l, bool *moved);
   flagcxResult_t takeHeader(Lane &l, int li);
   flagcxResult_t foldUpTo(Lane &l, uint64_t end);  // fold [rFolded, end) of the lane's stripe
   flagcxResult_t closedInPayload(Lane &l, int li);  // log, mark, fail
