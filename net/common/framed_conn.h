@@ -60,10 +60,31 @@ struct BgFold {
   const char *src = nullptr;
 };
 
+// What a Pipe is, fixed when it is made and read without a virtual call.
+struct PipeCaps {
+  // Single copy for large messages (shm): instead of streaming the bytes the
+  // sender announces its buffer, the receiver reads it straight out of the
+  // sender's memory and then acknowledges.  Only pipes that can read the
+  // peer's memory say yes.
+  bool canPull = false;
+  // The peer's process as the kernel identified it at set-up (in this PID
+  // namespace), 0 when not established (see ConnCaps::peerPid).
+  pid_t peerPid = 0;
+  // Whether this pipe has helper threads configured (offload() may say yes).
+  bool hasHelpers = false;
+  // The descriptor to poll for this pipe's readiness (-1: none, poll the pipe).
+  int pollFd = -1;
+};
+
 // A non-blocking, ordered byte stream to one peer, both directions.
 class Pipe {
  public:
   virtual ~Pipe() = default;
+  bool canPull() const { return caps_.canPull; }
+  pid_t peerPid() const { return caps_.peerPid; }
+  bool hasHelpers() const { return caps_.hasHelpers; }
+  int pollFd() const { return caps_.pollFd; }
+
   // Copy out as many of the iov bytes as fit now; *moved = bytes taken (0 when
   // the pipe is full).  *closed is set when the peer has gone away.
   virtual flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) = 0;
@@ -79,22 +100,15 @@ class Pipe {
   // requests were still pending.  Null when nothing is known.
   virtual const char *closeCause() const { return nullptr; }
 
-  // Single copy for large messages (shm): instead of streaming the bytes the
-  // sender announces its buffer, the receiver reads it straight out of the
-  // sender's memory and then acknowledges.  Only pipes that can read the
-  // peer's memory say yes.
-  virtual bool canPull() const { return false; }
-  // Sender: what the pipe tells the receiver about the announced buffer,
-  // beside its address (PullNote::pipe, zeroed before; nothing by default).
+  // Single copy, where canPull().  Sender: what the pipe tells the receiver
+  // about the announced buffer, beside its address (PullNote::pipe, zeroed
+  // before; nothing by default).
   virtual void describePull(const void * /*buf*/, size_t /*len*/, uint8_t * /*note*/) {}
   // Receiver: read n bytes at `offset` of the announced buffer into dst.
   virtual flagcxResult_t pull(void *dst, const PullNote &note, uint64_t offset, size_t n) {
     return flagcxInternalError;
   }
   virtual void ackPull() {}                     // receiver: one announced message consumed
-  // The peer's process as the kernel identified it at set-up (in this PID
-  // namespace), 0 when not established (see Conn::peerPid).
-  virtual pid_t peerPid() const { return 0; }
   virtual uint64_t pullsAcked() { return 0; }   // sender: how many the peer consumed
 
   // Background moves (socket helper threads): the engine asks before it
@@ -104,11 +118,7 @@ class Pipe {
   // direction of the pipe belongs to the helper: no read()/write() on it
   // until pollBg() reports it finished.
   virtual bool offload() { return false; }
-  // Whether this pipe has helper threads configured (offload() may say yes).
-  virtual bool hasHelpers() const { return false; }
-  // The descriptor to poll for this pipe's readiness (-1: none, poll the
-  // pipe), and one that becomes readable when a helper finishes a job.
-  virtual int pollFd() const { return -1; }
+  // A descriptor that becomes readable when a helper finishes a job (-1: none).
   virtual int bgFd() const { return -1; }
   // Before sleeping on bgFd(): clear its signal, then say whether the
   // helper of that direction is still at work (false: poll it now).
@@ -135,6 +145,9 @@ class Pipe {
   // bytes that will not come.  False where the transport cannot (then
   // nothing changed).  The pipe moves nothing afterwards.
   virtual bool cut() { return false; }
+
+ protected:
+  PipeCaps caps_;  // filled by the implementation's constructor, then fixed
 };
 
 struct FrameHeader {

@@ -97,9 +97,7 @@ class ShmPipe final : public Pipe {
  public:
   ShmPipe(PeerDesc desc, pid_t peerPid, std::shared_ptr<Segment> txSeg, RingCtl *tx,
           std::shared_ptr<Segment> rxSeg, RingCtl *rx, uint64_t ringBytes, bool canPull)
-      : canPull_(canPull),
-        desc_(std::move(desc)),
-        peerPid_(peerPid),
+      : desc_(std::move(desc)),
         txSeg_(std::move(txSeg)),
         rxSeg_(std::move(rxSeg)),
         tx_(tx),
@@ -108,6 +106,8 @@ class ShmPipe final : public Pipe {
         rxData_(reinterpret_cast<char *>(rx) + kCtlBytes),
         // The size checked at set-up, never re-read: the peer can write both rings' headers.
         ringSize_(ringBytes) {
+    caps_.canPull = canPull;
+    caps_.peerPid = peerPid;
     txTail_ = tx_->tail.load(std::memory_order_relaxed);
     txHead_ = tx_->head.load(std::memory_order_acquire);
     rxHead_ = rx_->head.load(std::memory_order_relaxed);
@@ -211,7 +211,6 @@ class ShmPipe final : public Pipe {
     return flagcxSuccess;
   }
 
-  bool canPull() const override { return canPull_; }
   void describePull(const void *buf, size_t len, uint8_t *note) override {
     const SharedMemOps *ops = sharedMemOps();
     SharedNote sn{};
@@ -233,10 +232,10 @@ class ShmPipe final : public Pipe {
     while (done < n) {
       iovec local{static_cast<char *>(dst) + done, n - done};
       iovec far{reinterpret_cast<void *>(remote + done), n - done};
-      ssize_t got = process_vm_readv(peerPid_, &local, 1, &far, 1, 0);
+      ssize_t got = process_vm_readv(caps_.peerPid, &local, 1, &far, 1, 0);
       if (got <= 0) {
         WARN(kShm, "shm rank %d: reading %zu bytes from peer %d (pid %d) failed: %s", desc_.self,
-             n - done, desc_.peer, static_cast<int>(peerPid_), got == 0 ? "nothing read" : strerror(errno));
+             n - done, desc_.peer, static_cast<int>(caps_.peerPid), got == 0 ? "nothing read" : strerror(errno));
         return flagcxRemoteError;
       }
       done += static_cast<size_t>(got);
@@ -244,13 +243,12 @@ class ShmPipe final : public Pipe {
     return flagcxSuccess;
   }
   void ackPull() override { rx_->pulls.fetch_add(1, std::memory_order_release); }
-  pid_t peerPid() const override { return peerPid_; }
   uint64_t pullsAcked() override { return tx_->pulls.load(std::memory_order_acquire); }
 
   flagcxResult_t idleCheck() override {
-    if (processGone(peerPid_)) {
+    if (processGone(caps_.peerPid)) {
       WARN(kShm, "shm rank %d: peer %d (pid %d on %s) channel %d has died", desc_.self, desc_.peer,
-           static_cast<int>(peerPid_), desc_.host.c_str(), desc_.channel);
+           static_cast<int>(caps_.peerPid), desc_.host.c_str(), desc_.channel);
       return flagcxRemoteError;
     }
     return flagcxSuccess;
@@ -271,10 +269,10 @@ class ShmPipe final : public Pipe {
   const char *mappedSource(const PullNote &note, uint64_t offset, size_t n) {
     SharedNote sn;
     memcpy(&sn, note.pipe, sizeof sn);
-    if (sn.kind != kSharedNote || mapsOff_ || peerPid_ <= 0 || sn.ref.offset > sn.ref.mapLen ||
+    if (sn.kind != kSharedNote || mapsOff_ || caps_.peerPid <= 0 || sn.ref.offset > sn.ref.mapLen ||
         offset > sn.ref.mapLen - sn.ref.offset || n > sn.ref.mapLen - sn.ref.offset - offset)
       return nullptr;
-    sn.ref.pid = peerPid_;
+    sn.ref.pid = caps_.peerPid;
     char *base = maps_.get(sn.ref, pullNo_);
     if (!base) {
       INFO(kShm, "shm rank %d: cannot map peer %d's buffer; reading its memory with "
@@ -289,9 +287,7 @@ class ShmPipe final : public Pipe {
   PeerMaps maps_;        // the peer's allocations, stamped with pullNo_
   uint64_t pullNo_ = 0;  // messages pulled so far
   bool mapsOff_ = false;  // a mapping failed once: process_vm_readv only
-  bool canPull_;
   PeerDesc desc_;
-  pid_t peerPid_;
   std::shared_ptr<Segment> txSeg_, rxSeg_;
   RingCtl *tx_, *rx_;
   char *txData_, *rxData_;
