@@ -48,8 +48,9 @@ void stripeOf(uint64_t length, int nstripes, int lane, uint64_t *offset, uint64_
   *size = (lane == nstripes - 1) ? length - *offset : base;
 }
 
-FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> pipes)
-    : kind_(kind), desc_(std::move(desc)) {
+FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> pipes,
+                       RecvFold::Fn reduce)
+    : kind_(kind), desc_(std::move(desc)), reduce_(reduce) {
   lanes_.resize(pipes.size());
   for (size_t i = 0; i < pipes.size(); i++) lanes_[i].pipe = std::move(pipes[i]);
   for (int i = 0; i < kMaxPosted; i++) freeSlots_[i] = kMaxPosted - 1 - i;
@@ -57,16 +58,24 @@ FramedConn::FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_
   timeoutSec_ = paramInt(Param::TIMEOUT);
   if (timeoutSec_ <= 0) timeoutSec_ = 600;
   canPull_ = lanes_.size() == 1 && lanes_[0].pipe->canPull();
+  caps_.kind = kind;
+  caps_.peer = desc_.peer;
+  caps_.peerPid = lanes_.empty() ? 0 : lanes_[0].pipe->peerPid();
   // With helper threads each 512 KiB slice costs every lane a hand-off
   // through the engine thread per 128 KiB stripe; 2 MiB slices (512 KiB
   // stripes) measured 1.1-1.3x faster allreduces at 4-16 MiB on a 16-core
   // host (docs/DECISIONS.md, "Sockets").
   if (lanes_.size() > 1 && lanes_[0].pipe->hasHelpers()) {
-    sliceHint_ = 2u << 20;
+    caps_.sliceHint = 2u << 20;
     // The engine thread reduced each landed 2 MiB slice by itself at 5 GB/s,
     // more than the exchange took; the lanes' helpers fold their stripes in
-    // parallel as they arrive (docs/DECISIONS.md, "Sockets").
-    foldsOnReceive_ = paramInt(Param::SOCKET_RECV_REDUCE) != 0;
+    // parallel as they arrive (docs/DECISIONS.md, "Sockets").  Every message
+    // split over the lanes (kMinSplit, 512 KiB) folds: measured on 16 cores
+    // with 4 lanes once the copies were fused into the reductions, folding
+    // from 512 KiB made reduce 1 MiB 2.5x faster and allreduce /
+    // reducescatter 2 MiB 1.6-1.7x against folding from 2 MiB; below 512 KiB
+    // a message is one stripe the engine reads itself.
+    if (reduce_ && paramInt(Param::SOCKET_RECV_REDUCE) != 0) caps_.foldFrom = kMinSplit;
   }
 }
 
@@ -170,19 +179,9 @@ flagcxResult_t FramedConn::irecv(void *buf, size_t bytes, uint64_t tag, int *req
   return post(Kind::Recv, buf, bytes, tag, req);
 }
 
-bool FramedConn::foldsOnReceive(size_t bytes) const {
-  // Every message split over the lanes (kMinSplit, 512 KiB): measured on 16
-  // cores with 4 lanes once the copies were fused into the reductions
-  // (docs/DECISIONS.md, "Sockets"), folding from 512 KiB made reduce
-  // 1 MiB 2.5x faster and allreduce / reducescatter 2 MiB 1.6-1.7x against
-  // folding from 2 MiB; below 512 KiB a message is one stripe the engine
-  // reads itself.
-  return foldsOnReceive_ && bytes >= kMinSplit;
-}
-
 flagcxResult_t FramedConn::irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
                                      int *req) {
-  if (!f.fn || f.elem == 0 || bytes % f.elem != 0 || (bytes > 0 && !f.dst)) {
+  if (!reduce_ || f.elem == 0 || bytes % f.elem != 0 || (bytes > 0 && !f.dst)) {
     WARN(kNet, "%s conn rank %d <- peer %d: receive-and-reduce of %zu bytes with a bad fold "
          "(dst %p, %zu-byte elements)", kind_, desc_.self, desc_.peer, bytes,
          static_cast<void *>(f.dst), f.elem);

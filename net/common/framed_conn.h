@@ -56,13 +56,35 @@ static_assert(sizeof(PullNote) == 72);
 // before the job starts.
 struct BgFold {
   RecvFold f;
+  RecvFold::Fn fn = nullptr;  // the Conn's reduction (Transport::setReduce)
   const char *src = nullptr;
+};
+
+// What a Pipe is, fixed when it is made and read without a virtual call.
+struct PipeCaps {
+  // Single copy for large messages (shm): instead of streaming the bytes the
+  // sender announces its buffer, the receiver reads it straight out of the
+  // sender's memory and then acknowledges.  Only pipes that can read the
+  // peer's memory say yes.
+  bool canPull = false;
+  // The peer's process as the kernel identified it at set-up (in this PID
+  // namespace), 0 when not established (see ConnCaps::peerPid).
+  pid_t peerPid = 0;
+  // Whether this pipe has helper threads configured (offload() may say yes).
+  bool hasHelpers = false;
+  // The descriptor to poll for this pipe's readiness (-1: none, poll the pipe).
+  int pollFd = -1;
 };
 
 // A non-blocking, ordered byte stream to one peer, both directions.
 class Pipe {
  public:
   virtual ~Pipe() = default;
+  bool canPull() const { return caps_.canPull; }
+  pid_t peerPid() const { return caps_.peerPid; }
+  bool hasHelpers() const { return caps_.hasHelpers; }
+  int pollFd() const { return caps_.pollFd; }
+
   // Copy out as many of the iov bytes as fit now; *moved = bytes taken (0 when
   // the pipe is full).  *closed is set when the peer has gone away.
   virtual flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) = 0;
@@ -78,22 +100,15 @@ class Pipe {
   // requests were still pending.  Null when nothing is known.
   virtual const char *closeCause() const { return nullptr; }
 
-  // Single copy for large messages (shm): instead of streaming the bytes the
-  // sender announces its buffer, the receiver reads it straight out of the
-  // sender's memory and then acknowledges.  Only pipes that can read the
-  // peer's memory say yes.
-  virtual bool canPull() const { return false; }
-  // Sender: what the pipe tells the receiver about the announced buffer,
-  // beside its address (PullNote::pipe, zeroed before; nothing by default).
+  // Single copy, where canPull().  Sender: what the pipe tells the receiver
+  // about the announced buffer, beside its address (PullNote::pipe, zeroed
+  // before; nothing by default).
   virtual void describePull(const void * /*buf*/, size_t /*len*/, uint8_t * /*note*/) {}
   // Receiver: read n bytes at `offset` of the announced buffer into dst.
   virtual flagcxResult_t pull(void *dst, const PullNote &note, uint64_t offset, size_t n) {
     return flagcxInternalError;
   }
   virtual void ackPull() {}                     // receiver: one announced message consumed
-  // The peer's process as the kernel identified it at set-up (in this PID
-  // namespace), 0 when not established (see Conn::peerPid).
-  virtual pid_t peerPid() const { return 0; }
   virtual uint64_t pullsAcked() { return 0; }   // sender: how many the peer consumed
 
   // Background moves (socket helper threads): the engine asks before it
@@ -103,11 +118,7 @@ class Pipe {
   // direction of the pipe belongs to the helper: no read()/write() on it
   // until pollBg() reports it finished.
   virtual bool offload() { return false; }
-  // Whether this pipe has helper threads configured (offload() may say yes).
-  virtual bool hasHelpers() const { return false; }
-  // The descriptor to poll for this pipe's readiness (-1: none, poll the
-  // pipe), and one that becomes readable when a helper finishes a job.
-  virtual int pollFd() const { return -1; }
+  // A descriptor that becomes readable when a helper finishes a job (-1: none).
   virtual int bgFd() const { return -1; }
   // Before sleeping on bgFd(): clear its signal, then say whether the
   // helper of that direction is still at work (false: poll it now).
@@ -134,6 +145,9 @@ class Pipe {
   // bytes that will not come.  False where the transport cannot (then
   // nothing changed).  The pipe moves nothing afterwards.
   virtual bool cut() { return false; }
+
+ protected:
+  PipeCaps caps_;  // filled by the implementation's constructor, then fixed
 };
 
 struct FrameHeader {
@@ -164,24 +178,19 @@ void stripeOf(uint64_t length, int nstripes, int lane, uint64_t *offset, uint64_
 
 class FramedConn final : public Conn {
  public:
-  FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> lanes);
+  // `reduce`: what irecvFold folds with; null: this Conn never folds.
+  FramedConn(const char *kind, PeerDesc desc, std::vector<std::unique_ptr<Pipe>> lanes,
+             RecvFold::Fn reduce = nullptr);
   ~FramedConn() override;
 
-  const char *kind() const override { return kind_; }
-  int peer() const override { return desc_.peer; }
   flagcxResult_t isend(const void *buf, size_t bytes, uint64_t tag, int *req) override;
   flagcxResult_t irecv(void *buf, size_t bytes, uint64_t tag, int *req) override;
   flagcxResult_t test(int req, bool *done, size_t *bytes) override;
   flagcxResult_t progress() override;
   void poison(flagcxResult_t code, uint64_t mine, uint64_t theirs) override;
-  uint64_t peerGaveUpOn() const override { return peerGaveUpOn_; }
-  uint64_t inboundTag() const override;
+  Status status() const override;
   flagcxResult_t checkAlive() override;
   int waitFds(struct pollfd *fds, int max) override;
-  Mismatch mismatch() const override { return mismatch_; }
-  size_t sliceHint() const override { return sliceHint_; }
-  pid_t peerPid() const override { return lanes_.empty() ? 0 : lanes_[0].pipe->peerPid(); }
-  bool foldsOnReceive(size_t bytes) const override;
   flagcxResult_t irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
                            int *req) override;
 
@@ -246,6 +255,14 @@ class FramedConn final : public Conn {
   flagcxResult_t post(Kind kind, void *buf, size_t bytes, uint64_t tag, int *req);
   flagcxResult_t progressSend(Lane &l, int li, bool *moved);
   flagcxResult_t progressRecv(Lane &l, int li, bool *moved);
+  // progressRecv's parts (framed_recv.cc): a frame header, what can follow
+  // it, and a stripe's payload.
+  flagcxResult_t readHeader(Lane &l, int li, bool *moved, bool *ready);
+  flagcxResult_t closedInHeader(Lane &l, int li, bool *moved);
+  flagcxResult_t takeErrorFrame(Lane &l, bool *moved);
+  flagcxResult_t readPullNote(Lane &l, int li, bool *moved);
+  flagcxResult_t readPayload(Lane &l, int li, bool *moved, bool *whole);
+  flagcxResult_t startBgRecv(Lane &l, bool *moved);
   flagcxResult_t takeHeader(Lane &l, int li);
   flagcxResult_t foldUpTo(Lane &l, uint64_t end);  // fold [rFolded, end) of the lane's stripe
   flagcxResult_t closedInPayload(Lane &l, int li);  // log, mark, fail
@@ -276,8 +293,7 @@ class FramedConn final : public Conn {
   int pullHead_ = 0, pullCount_ = 0;
   uint64_t pullsDone_ = 0;
   bool canPull_ = false;
-  size_t sliceHint_ = 0;
-  bool foldsOnReceive_ = false;
+  RecvFold::Fn reduce_ = nullptr;
   flagcxResult_t error_ = flagcxSuccess;
   bool peerClosed_ = false;
   bool poisoned_ = false;  // an error frame went out (see poison())

@@ -83,8 +83,8 @@ flagcxResult_t FramedConn::foldUpTo(Lane &l, uint64_t end) {
   if (!r.folds || end <= l.rFolded) return flagcxSuccess;
   size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
   size_t n = static_cast<size_t>(end - l.rFolded);
-  flagcxResult_t rc = r.fold.fn(r.fold.dst + at, r.fold.base + at, r.buf + at, n / r.fold.elem,
-                                r.fold.dt, r.fold.op);
+  flagcxResult_t rc =
+      reduce_(r.fold.dst + at, r.fold.base + at, r.buf + at, n / r.fold.elem, r.fold.dt, r.fold.op);
   if (rc != flagcxSuccess) {
     WARN(kNet, "%s conn rank %d <- peer %d: reducing %zu received bytes failed", kind_,
          desc_.self, desc_.peer, n);
@@ -94,138 +94,184 @@ flagcxResult_t FramedConn::foldUpTo(Lane &l, uint64_t end) {
   return flagcxSuccess;
 }
 
-uint64_t FramedConn::inboundTag() const {
+Conn::Status FramedConn::status() const {
+  Status st;
+  st.peerGaveUpOn = peerGaveUpOn_;
+  st.mismatch = mismatch_;
   for (const Lane &l : lanes_)
-    if (l.rHdrReady && l.rSlot < 0) return l.rHdr.tag;
-  return 0;
+    if (l.rHdrReady && l.rSlot < 0) {
+      st.inboundTag = l.rHdr.tag;
+      break;
+    }
+  return st;
+}
+
+// The lane closed before a whole frame header came.  Lanes close one by
+// one: a lane at a frame boundary may close while another still carries
+// stripes of messages sent before.
+flagcxResult_t FramedConn::closedInHeader(Lane &l, int li, bool *moved) {
+  l.closed = true;
+  anyLaneClosed_ = true;
+  if (li == 0) peerClosed_ = true;  // lane 0 heads every message: no more come
+  collectPullAcks(moved);  // it may have acknowledged just before leaving
+  if (l.rHdrGot > 0) {
+    WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection inside a frame header%s",
+         kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li,
+         closeCause().c_str());
+    return fail(flagcxRemoteError);
+  }
+  // progress() calls closedLanesCheck() once every lane had its turn: the
+  // other lanes' helpers may have finished sends it has not collected yet.
+  return flagcxSuccess;
+}
+
+// The peer's error frame on lane 0.  On a Conn of several lanes, other
+// lanes may still carry stripes of messages whose headers came before the
+// frame: those messages were sent whole and are delivered first (see
+// progress()), so the frame waits.
+flagcxResult_t FramedConn::takeErrorFrame(Lane &l, bool *moved) {
+  if (lanes_.size() == 1) return peerGaveUp(l.rHdr);
+  gaveUpHdr_ = l.rHdr;
+  gaveUpPending_ = true;
+  gaveUpBefore_ = l.rAny ? l.rLastSeq + 1 : 0;
+  gaveUpAt_ = Clock::now();
+  *moved = true;
+  return flagcxSuccess;
+}
+
+// The PullNote after a rendezvous frame's header, as far as it has come.
+flagcxResult_t FramedConn::readPullNote(Lane &l, int li, bool *moved) {
+  while (l.rNoteGot < sizeof(l.rNote)) {
+    size_t got = 0;
+    bool closed = false;
+    flagcxResult_t rc = l.pipe->read(reinterpret_cast<char *>(&l.rNote) + l.rNoteGot,
+                                     sizeof(l.rNote) - l.rNoteGot, &got, &closed);
+    if (rc != flagcxSuccess) return fail(rc);
+    if (got == 0) {
+      if (!closed) return flagcxSuccess;
+      l.closed = true;
+      anyLaneClosed_ = true;
+      if (li == 0) peerClosed_ = true;
+      WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: peer closed the connection inside a frame header",
+           kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel);
+      return fail(flagcxRemoteError);
+    }
+    *moved = true;
+    l.rNoteGot += got;
+  }
+  return flagcxSuccess;
+}
+
+// Lane l's next frame header, as far as it has come; *ready once a
+// message's header (and a rendezvous frame's note) is whole.
+flagcxResult_t FramedConn::readHeader(Lane &l, int li, bool *moved, bool *ready) {
+  size_t got = 0;
+  bool closed = false;
+  flagcxResult_t rc = l.pipe->read(reinterpret_cast<char *>(&l.rHdr) + l.rHdrGot,
+                                   sizeof(FrameHeader) - l.rHdrGot, &got, &closed);
+  if (rc != flagcxSuccess) return fail(rc);
+  if (got > 0) *moved = true;
+  l.rHdrGot += got;
+  if (l.rHdrGot < sizeof(FrameHeader)) return closed ? closedInHeader(l, li, moved) : flagcxSuccess;
+  if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0)
+    return takeErrorFrame(l, moved);
+  if (l.rHdr.version == kFrameVersionPull) {
+    FLAGCX_CHECK(readPullNote(l, li, moved));
+    if (l.rNoteGot < sizeof(l.rNote)) return flagcxSuccess;
+  }
+  l.rHdrReady = true;
+  l.rSlot = -1;
+  *ready = true;
+  return flagcxSuccess;
+}
+
+// Hand the rest of the lane's stripe to the pipe's helper thread (readBg).
+// A fold hands it everything from the last whole element before rDone
+// (stripes start on element boundaries: kStripeAlign).
+flagcxResult_t FramedConn::startBgRecv(Lane &l, bool *moved) {
+  const Req &r = reqs_[l.rSlot];
+  BgFold bf;
+  if (r.folds) {
+    FLAGCX_CHECK(foldUpTo(l, l.rDone - l.rDone % r.fold.elem));
+    size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
+    bf.f = r.fold;
+    bf.fn = reduce_;
+    bf.f.dst += at;
+    bf.f.base += at;
+    bf.src = r.buf + at;
+  }
+  size_t pre = 0;
+  flagcxResult_t rc =
+      l.pipe->readBg(l.rData + l.rDone, l.rLen - l.rDone, &pre, r.folds ? &bf : nullptr);
+  if (rc != flagcxSuccess) return fail(rc);
+  if (pre > 0) *moved = true;
+  l.rDone += pre;
+  if (l.rDone < l.rLen) {
+    l.rBg = true;
+    l.rBgBase = l.rDone;
+  }
+  return flagcxSuccess;
+}
+
+// The payload of the lane's current stripe, as far as it comes now: pulled
+// from the sender's memory, moved by the pipe's helper, or read here.
+// *whole once every byte of the stripe is in place.
+flagcxResult_t FramedConn::readPayload(Lane &l, int li, bool *moved, bool *whole) {
+  size_t got = 0;
+  bool closed = false;
+  if (l.rPull) {
+    // Pull in pieces so that one call never stays away for long.
+    constexpr uint64_t kPiece = 2u << 20;
+    if (l.rDone < l.rLen) {
+      uint64_t n = std::min(kPiece, l.rLen - l.rDone);
+      flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rNote, l.rDone, n);
+      if (rc != flagcxSuccess) return fail(rc);
+      l.rDone += n;
+      *moved = true;
+      if (l.rDone < l.rLen) return flagcxSuccess;  // one piece per call
+    }
+    l.pipe->ackPull();
+    *whole = true;
+    return flagcxSuccess;
+  }
+  if (!l.rBg && l.rDone < l.rLen && reqs_[l.rSlot].stripes > 1 && l.pipe->offload())
+    FLAGCX_CHECK(startBgRecv(l, moved));
+  if (l.rBg) {
+    bool fin = false;
+    flagcxResult_t rc = l.pipe->pollBg(false, &got, &fin, &closed);
+    if (rc != flagcxSuccess) return fail(rc);
+    if (l.rBgBase + got != l.rDone) *moved = true;
+    l.rDone = l.rBgBase + got;
+    if (!fin) return flagcxSuccess;
+    l.rBg = false;
+    if (closed || l.rDone < l.rLen) return closedInPayload(l, li);
+    if (reqs_[l.rSlot].folds) l.rFolded = l.rLen;  // the helper folded what it was given
+  } else if (l.rDone < l.rLen) {
+    flagcxResult_t rc = l.pipe->read(l.rData + l.rDone, l.rLen - l.rDone, &got, &closed);
+    if (rc != flagcxSuccess) return fail(rc);
+    if (got > 0) *moved = true;
+    l.rDone += got;
+    if (l.rDone < l.rLen) return closed ? closedInPayload(l, li) : flagcxSuccess;
+  }
+  *whole = true;
+  return flagcxSuccess;
 }
 
 flagcxResult_t FramedConn::progressRecv(Lane &l, int li, bool *moved) {
   for (;;) {
     if (l.closed || (li == 0 && gaveUpPending_)) return flagcxSuccess;
-    size_t got = 0;
-    bool closed = false;
     if (!l.rHdrReady) {
-      flagcxResult_t rc = l.pipe->read(reinterpret_cast<char *>(&l.rHdr) + l.rHdrGot,
-                                       sizeof(FrameHeader) - l.rHdrGot, &got, &closed);
-      if (rc != flagcxSuccess) return fail(rc);
-      if (got > 0) *moved = true;
-      l.rHdrGot += got;
-      if (l.rHdrGot < sizeof(FrameHeader)) {
-        if (closed) {
-          // Lanes close one by one: a lane at a frame boundary may close
-          // while another still carries stripes of messages sent before.
-          l.closed = true;
-          anyLaneClosed_ = true;
-          if (li == 0) peerClosed_ = true;  // lane 0 heads every message: no more come
-          collectPullAcks(moved);  // it may have acknowledged just before leaving
-          if (l.rHdrGot > 0) {
-            WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d lane %d: peer closed the connection inside a frame header%s",
-                 kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel, li,
-                 closeCause().c_str());
-            return fail(flagcxRemoteError);
-          }
-          // progress() calls closedLanesCheck() once every lane had its
-          // turn: the other lanes' helpers may have finished sends it has
-          // not collected yet.
-        }
-        return flagcxSuccess;
-      }
-      if (l.rHdr.version == kFrameVersionError && l.rHdr.magic == kFrameMagic && li == 0) {
-        if (lanes_.size() == 1) return peerGaveUp(l.rHdr);
-        // Other lanes may still carry stripes of messages whose headers came
-        // before the frame: those messages were sent whole and are delivered
-        // first (see progress()).
-        gaveUpHdr_ = l.rHdr;
-        gaveUpPending_ = true;
-        gaveUpBefore_ = l.rAny ? l.rLastSeq + 1 : 0;
-        gaveUpAt_ = Clock::now();
-        *moved = true;
-        return flagcxSuccess;
-      }
-      if (l.rHdr.version == kFrameVersionPull) {
-        while (l.rNoteGot < sizeof(l.rNote)) {
-          flagcxResult_t rc2 = l.pipe->read(reinterpret_cast<char *>(&l.rNote) + l.rNoteGot,
-                                            sizeof(l.rNote) - l.rNoteGot, &got, &closed);
-          if (rc2 != flagcxSuccess) return fail(rc2);
-          if (got == 0) {
-            if (closed) {
-              l.closed = true;
-              anyLaneClosed_ = true;
-              if (li == 0) peerClosed_ = true;
-              WARN(kNet, "%s conn rank %d <- peer %d (%s) channel %d: peer closed the connection inside a frame header",
-                   kind_, desc_.self, desc_.peer, desc_.host.c_str(), desc_.channel);
-              return fail(flagcxRemoteError);
-            }
-            return flagcxSuccess;
-          }
-          *moved = true;
-          l.rNoteGot += got;
-        }
-      }
-      l.rHdrReady = true;
-      l.rSlot = -1;
+      bool ready = false;
+      FLAGCX_CHECK(readHeader(l, li, moved, &ready));
+      if (!ready) return flagcxSuccess;
     }
     if (l.rSlot < 0) {
       FLAGCX_CHECK(takeHeader(l, li));
       if (l.rSlot < 0) return flagcxSuccess;  // wait for the receive to be posted
     }
-    if (l.rPull) {
-      // Pull in pieces so that one call never stays away for long.
-      constexpr uint64_t kPiece = 2u << 20;
-      if (l.rDone < l.rLen) {
-        uint64_t n = std::min(kPiece, l.rLen - l.rDone);
-        flagcxResult_t rc = l.pipe->pull(l.rData + l.rDone, l.rNote, l.rDone, n);
-        if (rc != flagcxSuccess) return fail(rc);
-        l.rDone += n;
-        *moved = true;
-        if (l.rDone < l.rLen) return flagcxSuccess;  // one piece per call
-      }
-      l.pipe->ackPull();
-    } else if (l.rBg) {
-      size_t got = 0;
-      bool fin = false;
-      flagcxResult_t rc = l.pipe->pollBg(false, &got, &fin, &closed);
-      if (rc != flagcxSuccess) return fail(rc);
-      if (l.rBgBase + got != l.rDone) *moved = true;
-      l.rDone = l.rBgBase + got;
-      if (!fin) return flagcxSuccess;
-      l.rBg = false;
-      if (closed || l.rDone < l.rLen) return closedInPayload(l, li);
-      if (reqs_[l.rSlot].folds) l.rFolded = l.rLen;  // the helper folded what it was given
-    } else if (l.rDone < l.rLen && reqs_[l.rSlot].stripes > 1 && l.pipe->offload()) {
-      // A fold hands the helper everything from the last whole element
-      // before rDone (stripes start on element boundaries: kStripeAlign).
-      const Req &r = reqs_[l.rSlot];
-      BgFold bf;
-      if (r.folds) {
-        FLAGCX_CHECK(foldUpTo(l, l.rDone - l.rDone % r.fold.elem));
-        size_t at = static_cast<size_t>(l.rData - r.buf) + l.rFolded;
-        bf.f = r.fold;
-        bf.f.dst += at;
-        bf.f.base += at;
-        bf.src = r.buf + at;
-      }
-      size_t pre = 0;
-      flagcxResult_t rc = l.pipe->readBg(l.rData + l.rDone, l.rLen - l.rDone, &pre,
-                                         r.folds ? &bf : nullptr);
-      if (rc != flagcxSuccess) return fail(rc);
-      if (pre > 0) *moved = true;
-      l.rDone += pre;
-      if (l.rDone < l.rLen) {
-        l.rBg = true;
-        l.rBgBase = l.rDone;
-        continue;
-      }
-    } else if (l.rDone < l.rLen) {
-      flagcxResult_t rc = l.pipe->read(l.rData + l.rDone, l.rLen - l.rDone, &got, &closed);
-      if (rc != flagcxSuccess) return fail(rc);
-      if (got > 0) *moved = true;
-      l.rDone += got;
-      if (l.rDone < l.rLen) {
-        return closed ? closedInPayload(l, li) : flagcxSuccess;
-      }
-    }
+    bool whole = false;
+    FLAGCX_CHECK(readPayload(l, li, moved, &whole));
+    if (!whole) return flagcxSuccess;
     FLAGCX_CHECK(foldUpTo(l, l.rLen));  // the stripe's bytes the engine thread read
     Req &r = reqs_[l.rSlot];
     if (--r.stripesLeft == 0) {

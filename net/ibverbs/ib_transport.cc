@@ -377,7 +377,8 @@ class IbTransport final : public Transport {
         std::vector<std::unique_ptr<Pipe>> ls;
         for (int64_t l = 0; l < lanes; l++)
           ls.push_back(std::move(p.pipes[static_cast<size_t>(c * lanes + l)]));
-        out->push_back(std::make_unique<FramedConn>("ib", desc(bs, p.rank, c), std::move(ls)));
+        out->push_back(
+            std::make_unique<FramedConn>("ib", desc(bs, p.rank, c), std::move(ls), reduce_));
       }
     }
     INFO(kNet, "ib: rank %d connected to %zu peer(s) on %s port %d (%s device), %d channel(s) x %" PRId64 " queue pair(s)",

@@ -97,9 +97,7 @@ class ShmPipe final : public Pipe {
  public:
   ShmPipe(PeerDesc desc, pid_t peerPid, std::shared_ptr<Segment> txSeg, RingCtl *tx,
           std::shared_ptr<Segment> rxSeg, RingCtl *rx, uint64_t ringBytes, bool canPull)
-      : canPull_(canPull),
-        desc_(std::move(desc)),
-        peerPid_(peerPid),
+      : desc_(std::move(desc)),
         txSeg_(std::move(txSeg)),
         rxSeg_(std::move(rxSeg)),
         tx_(tx),
@@ -108,6 +106,8 @@ class ShmPipe final : public Pipe {
         rxData_(reinterpret_cast<char *>(rx) + kCtlBytes),
         // The size checked at set-up, never re-read: the peer can write both rings' headers.
         ringSize_(ringBytes) {
+    caps_.canPull = canPull;
+    caps_.peerPid = peerPid;
     txTail_ = tx_->tail.load(std::memory_order_relaxed);
     txHead_ = tx_->head.load(std::memory_order_acquire);
     rxHead_ = rx_->head.load(std::memory_order_relaxed);
@@ -211,7 +211,6 @@ class ShmPipe final : public Pipe {
     return flagcxSuccess;
   }
 
-  bool canPull() const override { return canPull_; }
   void describePull(const void *buf, size_t len, uint8_t *note) override {
     const SharedMemOps *ops = sharedMemOps();
     SharedNote sn{};
@@ -233,10 +232,10 @@ class ShmPipe final : public Pipe {
     while (done < n) {
       iovec local{static_cast<char *>(dst) + done, n - done};
       iovec far{reinterpret_cast<void *>(remote + done), n - done};
-      ssize_t got = process_vm_readv(peerPid_, &local, 1, &far, 1, 0);
+      ssize_t got = process_vm_readv(caps_.peerPid, &local, 1, &far, 1, 0);
       if (got <= 0) {
         WARN(kShm, "shm rank %d: reading %zu bytes from peer %d (pid %d) failed: %s", desc_.self,
-             n - done, desc_.peer, static_cast<int>(peerPid_), got == 0 ? "nothing read" : strerror(errno));
+             n - done, desc_.peer, static_cast<int>(caps_.peerPid), got == 0 ? "nothing read" : strerror(errno));
         return flagcxRemoteError;
       }
       done += static_cast<size_t>(got);
@@ -244,13 +243,12 @@ class ShmPipe final : public Pipe {
     return flagcxSuccess;
   }
   void ackPull() override { rx_->pulls.fetch_add(1, std::memory_order_release); }
-  pid_t peerPid() const override { return peerPid_; }
   uint64_t pullsAcked() override { return tx_->pulls.load(std::memory_order_acquire); }
 
   flagcxResult_t idleCheck() override {
-    if (processGone(peerPid_)) {
+    if (processGone(caps_.peerPid)) {
       WARN(kShm, "shm rank %d: peer %d (pid %d on %s) channel %d has died", desc_.self, desc_.peer,
-           static_cast<int>(peerPid_), desc_.host.c_str(), desc_.channel);
+           static_cast<int>(caps_.peerPid), desc_.host.c_str(), desc_.channel);
       return flagcxRemoteError;
     }
     return flagcxSuccess;
@@ -271,10 +269,10 @@ class ShmPipe final : public Pipe {
   const char *mappedSource(const PullNote &note, uint64_t offset, size_t n) {
     SharedNote sn;
     memcpy(&sn, note.pipe, sizeof sn);
-    if (sn.kind != kSharedNote || mapsOff_ || peerPid_ <= 0 || sn.ref.offset > sn.ref.mapLen ||
+    if (sn.kind != kSharedNote || mapsOff_ || caps_.peerPid <= 0 || sn.ref.offset > sn.ref.mapLen ||
         offset > sn.ref.mapLen - sn.ref.offset || n > sn.ref.mapLen - sn.ref.offset - offset)
       return nullptr;
-    sn.ref.pid = peerPid_;
+    sn.ref.pid = caps_.peerPid;
     char *base = maps_.get(sn.ref, pullNo_);
     if (!base) {
       INFO(kShm, "shm rank %d: cannot map peer %d's buffer; reading its memory with "
@@ -289,9 +287,7 @@ class ShmPipe final : public Pipe {
   PeerMaps maps_;        // the peer's allocations, stamped with pullNo_
   uint64_t pullNo_ = 0;  // messages pulled so far
   bool mapsOff_ = false;  // a mapping failed once: process_vm_readv only
-  bool canPull_;
   PeerDesc desc_;
-  pid_t peerPid_;
   std::shared_ptr<Segment> txSeg_, rxSeg_;
   RingCtl *tx_, *rx_;
   char *txData_, *rxData_;
@@ -341,6 +337,117 @@ RingCtl *ringAt(Segment &s, int channel, uint64_t ringBytes) {
   return reinterpret_cast<RingCtl *>(s.base() + static_cast<size_t>(channel) * (kCtlBytes + ringBytes));
 }
 
+// What one connectAll agrees on with every peer: each segment holds
+// `nchannels` rings of `ringBytes` each, behind their control pages.
+struct RingShape {
+  int nchannels;
+  uint64_t ringBytes;
+  size_t segBytes() const { return static_cast<size_t>(nchannels) * (kCtlBytes + ringBytes); }
+};
+
+// Step 1, for one peer: create the segment this rank receives on from p,
+// make its rings empty and owned by this process, and send p its name.
+flagcxResult_t offerRings(Bootstrap &bs, const RingShape &sh, unsigned ns, Peer &p) {
+  static std::atomic<uint32_t> counter{0};
+  uint32_t rnd;
+  randomBytes(&rnd, sizeof rnd);
+  char name[64];
+  snprintf(name, sizeof name, "/flagcx-shm-%d-%x-%d-%u-%08x", static_cast<int>(getpid()), ns,
+           p.rank, counter.fetch_add(1), rnd);
+  FLAGCX_CHECK(Segment::create(name, sh.segBytes(), &p.mine));
+  for (int c = 0; c < sh.nchannels; c++) {
+    RingCtl *r = ringAt(*p.mine, c, sh.ringBytes);
+    r->tail.store(0, std::memory_order_relaxed);
+    r->head.store(0, std::memory_order_relaxed);
+    r->magic = kRingMagic;
+    r->size = sh.ringBytes;
+    r->consumerPid.store(getpid(), std::memory_order_relaxed);
+    r->producerPid.store(0, std::memory_order_relaxed);
+    r->producerClosed.store(0, std::memory_order_relaxed);
+    r->ownerMagicAddr = reinterpret_cast<uint64_t>(&r->magic);
+    r->pullOk.store(0, std::memory_order_relaxed);
+    r->pulls.store(0, std::memory_order_relaxed);
+    r->consumerClosed.store(0, std::memory_order_release);
+  }
+  NameMsg m{};
+  m.magic = kRingMagic;
+  m.ringBytes = sh.ringBytes;
+  m.nchannels = sh.nchannels;
+  snprintf(m.name, sizeof m.name, "%s", name);
+  return bs.send(p.rank, kTagName, &m, sizeof m);
+}
+
+// Can this process read the memory of process `pid` (same user, no ptrace
+// lock-down)?  Probed by reading the magic of the ring `r` it owns.  Then
+// the peer's large messages to this rank go single-copy (FLAGCX_SHM_PULL).
+// The answer can differ per direction (one rank non-dumpable, or Yama's
+// ptrace_scope=1 and one rank an ancestor of the other).
+bool canReadPeer(pid_t pid, const RingCtl *r) {
+  uint64_t probe = 0;
+  iovec local{&probe, sizeof probe};
+  iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
+  return paramInt(Param::SHM_PULL) != 0 && pid > 0 &&
+         process_vm_readv(pid, &local, 1, &far, 1, 0) == sizeof probe && probe == kRingMagic;
+}
+
+// Step 2, for one peer: check what p offered (p.msg), map its segment, and
+// register as the producer of its rings.  Whether this rank pulls p's large
+// messages goes into the ring it receives on, whose producer (p) reads it
+// after the acknowledgements.
+flagcxResult_t openRings(const RingShape &sh, int me, Peer &p) {
+  if (p.msg.magic != kRingMagic || p.msg.nchannels != sh.nchannels ||
+      p.msg.ringBytes != sh.ringBytes || strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
+    WARN(kShm, "shm connectAll: rank %d and peer %d disagree (channels %d/%d, ring bytes %" PRIu64 "/%" PRIu64 "); set FLAGCX_SHM_BUFFER_SIZE alike on every rank",
+         me, p.rank, sh.nchannels, p.msg.nchannels, sh.ringBytes, p.msg.ringBytes);
+    return flagcxInvalidUsage;
+  }
+  FLAGCX_CHECK(Segment::open(p.msg.name, sh.segBytes(), &p.theirs));
+  for (int c = 0; c < sh.nchannels; c++) {
+    RingCtl *r = ringAt(*p.theirs, c, sh.ringBytes);
+    if (r->magic != kRingMagic || r->size != sh.ringBytes) {
+      WARN(kShm, "shm connectAll: peer %d's segment %s is not a ring", p.rank, p.msg.name);
+      return flagcxRemoteError;
+    }
+    r->producerPid.store(getpid(), std::memory_order_release);
+    bool ok = canReadPeer(p.pid, r);
+    ringAt(*p.mine, c, sh.ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
+  }
+  return flagcxSuccess;
+}
+
+// Steps 2 and 3 for every peer: open each peer's rings, always acknowledging
+// (so that no peer waits for an answer that never comes), then collect the
+// peers' acknowledgements and unlink this rank's names.  The first failure.
+flagcxResult_t mapPeers(Bootstrap &bs, const RingShape &sh, const std::vector<pid_t> &proven,
+                        std::vector<Peer> &ps) {
+  const int me = bs.rank();
+  flagcxResult_t status = flagcxSuccess;
+  for (size_t i = 0; i < ps.size(); i++) {
+    Peer &p = ps[i];
+    FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
+    p.msg.name[sizeof p.msg.name - 1] = 0;
+    p.pid = proven[i];  // 0: unproven (see the top)
+    flagcxResult_t rc = openRings(sh, me, p);
+    if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
+    if (p.pid == 0)
+      INFO(kShm, "shm: rank %d: peer %d's process is not proven by the kernel (another network "
+           "or PID namespace?); no pid liveness check, no single-copy pull", me, p.rank);
+    int32_t ack = rc == flagcxSuccess ? 1 : 0;
+    FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
+  }
+  // Both sides mapped: the names are no longer needed.
+  for (Peer &p : ps) {
+    int32_t ack = 0;
+    FLAGCX_CHECK(bs.recv(p.rank, kTagAck, &ack, sizeof ack));
+    p.mine->unlink();
+    if (ack != 1) {
+      WARN(kShm, "shm connectAll: rank %d: peer %d could not map this rank's rings", me, p.rank);
+      if (status == flagcxSuccess) status = flagcxRemoteError;
+    }
+  }
+  return status;
+}
+
 class ShmTransport final : public Transport {
  public:
   const char *name() const override { return "shm"; }
@@ -354,9 +461,7 @@ class ShmTransport final : public Transport {
     }
     int64_t want = paramInt(Param::SHM_BUFFER_SIZE);
     uint64_t ringBytes = static_cast<uint64_t>(std::clamp<int64_t>(want, 64 << 10, int64_t{1} << 30));
-    ringBytes = (ringBytes + 4095) & ~uint64_t{4095};
-    size_t segBytes = static_cast<size_t>(nchannels) * (kCtlBytes + ringBytes);
-    static std::atomic<uint32_t> counter{0};
+    const RingShape sh{nchannels, (ringBytes + 4095) & ~uint64_t{4095}};
     const int me = bs.rank();
     const unsigned myNs = pidNamespaceId();
     removeOrphans(myNs);
@@ -372,115 +477,37 @@ class ShmTransport final : public Transport {
              bs.nranks());
         return flagcxInvalidArgument;
       }
-      uint32_t rnd;
-      randomBytes(&rnd, sizeof rnd);
-      char name[64];
-      snprintf(name, sizeof name, "/flagcx-shm-%d-%x-%d-%u-%08x", static_cast<int>(getpid()), myNs,
-               p.rank, counter.fetch_add(1), rnd);
-      FLAGCX_CHECK(Segment::create(name, segBytes, &p.mine));
-      for (int c = 0; c < nchannels; c++) {
-        RingCtl *r = ringAt(*p.mine, c, ringBytes);
-        r->tail.store(0, std::memory_order_relaxed);
-        r->head.store(0, std::memory_order_relaxed);
-        r->magic = kRingMagic;
-        r->size = ringBytes;
-        r->consumerPid.store(getpid(), std::memory_order_relaxed);
-        r->producerPid.store(0, std::memory_order_relaxed);
-        r->producerClosed.store(0, std::memory_order_relaxed);
-        r->ownerMagicAddr = reinterpret_cast<uint64_t>(&r->magic);
-        r->pullOk.store(0, std::memory_order_relaxed);
-        r->pulls.store(0, std::memory_order_relaxed);
-        r->consumerClosed.store(0, std::memory_order_release);
-      }
-      NameMsg m{};
-      m.magic = kRingMagic;
-      m.ringBytes = ringBytes;
-      m.nchannels = nchannels;
-      snprintf(m.name, sizeof m.name, "%s", name);
-      FLAGCX_CHECK(bs.send(p.rank, kTagName, &m, sizeof m));
+      FLAGCX_CHECK(offerRings(bs, sh, myNs, p));
     }
     // Who each peer is (the segments exist first: a peer that never comes
     // leaves a name the next set-up on this host removes).
     std::vector<pid_t> proven;
     FLAGCX_CHECK(provePeers(bs, peers, &proven));
-    // 2. Open each peer's rings; remember failures but always acknowledge,
-    // so that no peer waits for an answer that never comes.
-    flagcxResult_t status = flagcxSuccess;
-    for (size_t i = 0; i < ps.size(); i++) {
-      Peer &p = ps[i];
-      FLAGCX_CHECK(bs.recv(p.rank, kTagName, &p.msg, sizeof p.msg));
-      p.msg.name[sizeof p.msg.name - 1] = 0;
-      p.pid = proven[i];  // 0: unproven (see the top)
-      flagcxResult_t rc = flagcxSuccess;
-      if (p.msg.magic != kRingMagic || p.msg.nchannels != nchannels ||
-          p.msg.ringBytes != ringBytes || strncmp(p.msg.name, "/flagcx-shm-", 12) != 0) {
-        WARN(kShm, "shm connectAll: rank %d and peer %d disagree (channels %d/%d, ring bytes %" PRIu64 "/%" PRIu64 "); set FLAGCX_SHM_BUFFER_SIZE alike on every rank",
-             me, p.rank, nchannels, p.msg.nchannels, ringBytes, p.msg.ringBytes);
-        rc = flagcxInvalidUsage;
-      } else {
-        rc = Segment::open(p.msg.name, segBytes, &p.theirs);
-        for (int c = 0; rc == flagcxSuccess && c < nchannels; c++) {
-          RingCtl *r = ringAt(*p.theirs, c, ringBytes);
-          if (r->magic != kRingMagic || r->size != ringBytes) {
-            WARN(kShm, "shm connectAll: peer %d's segment %s is not a ring", p.rank, p.msg.name);
-            rc = flagcxRemoteError;
-          } else {
-            r->producerPid.store(getpid(), std::memory_order_release);
-            // Can we read the peer's memory (same user, no ptrace lock-down)?
-            // Then the peer's large messages to us go single-copy
-            // (FLAGCX_SHM_PULL): we pull them.  So the answer goes into the
-            // ring we receive on, whose producer (the peer) reads it after
-            // the acknowledgements below.  It can differ per direction
-            // (one rank non-dumpable, or Yama's ptrace_scope=1 and one rank
-            // an ancestor of the other).
-            uint64_t probe = 0;
-            iovec local{&probe, sizeof probe};
-            iovec far{reinterpret_cast<void *>(r->ownerMagicAddr), sizeof probe};
-            bool ok = paramInt(Param::SHM_PULL) != 0 && p.pid > 0 &&
-                      process_vm_readv(p.pid, &local, 1, &far, 1, 0) == sizeof probe &&
-                      probe == kRingMagic;
-            ringAt(*p.mine, c, ringBytes)->pullOk.store(ok ? 1 : 0, std::memory_order_release);
-          }
-        }
-      }
-      if (rc != flagcxSuccess && status == flagcxSuccess) status = rc;
-      if (p.pid == 0)
-        INFO(kShm, "shm: rank %d: peer %d's process is not proven by the kernel (another network "
-             "or PID namespace?); no pid liveness check, no single-copy pull", me, p.rank);
-      int32_t ack = rc == flagcxSuccess ? 1 : 0;
-      FLAGCX_CHECK(bs.send(p.rank, kTagAck, &ack, sizeof ack));
-    }
-    // 3. Both sides mapped: the names are no longer needed.
-    for (Peer &p : ps) {
-      int32_t ack = 0;
-      FLAGCX_CHECK(bs.recv(p.rank, kTagAck, &ack, sizeof ack));
-      p.mine->unlink();
-      if (ack != 1) {
-        WARN(kShm, "shm connectAll: rank %d: peer %d could not map this rank's rings", me, p.rank);
-        if (status == flagcxSuccess) status = flagcxRemoteError;
-      }
-    }
-    if (status != flagcxSuccess) return status;
-
-    for (Peer &p : ps) {
-      for (int c = 0; c < nchannels; c++) {
-        PeerDesc d;
-        d.self = me;
-        d.peer = p.rank;
-        d.channel = c;
-        d.host = bs.peers().size() > static_cast<size_t>(p.rank) ? bs.peers()[p.rank].host : "?";
-        std::vector<std::unique_ptr<Pipe>> lanes;
-        RingCtl *tx = ringAt(*p.theirs, c, ringBytes);
-        // tx->pullOk: whether the peer can read this rank's memory (its probe).
-        lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, tx, p.mine,
-                                                  ringAt(*p.mine, c, ringBytes), ringBytes,
-                                                  tx->pullOk.load(std::memory_order_acquire) != 0));
-        out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes)));
-      }
-    }
+    FLAGCX_CHECK(mapPeers(bs, sh, proven, ps));
+    for (Peer &p : ps) addConns(bs, sh, p, out);
     INFO(kShm, "shm: rank %d connected to %zu peer(s), %d channel(s), %" PRIu64 "-byte rings", me,
-         ps.size(), nchannels, ringBytes);
+         ps.size(), nchannels, sh.ringBytes);
     return flagcxSuccess;
+  }
+
+ private:
+  // One Conn per channel to a mapped peer.
+  void addConns(Bootstrap &bs, const RingShape &sh, Peer &p,
+                std::vector<std::unique_ptr<Conn>> *out) const {
+    for (int c = 0; c < sh.nchannels; c++) {
+      PeerDesc d;
+      d.self = bs.rank();
+      d.peer = p.rank;
+      d.channel = c;
+      d.host = bs.peers().size() > static_cast<size_t>(p.rank) ? bs.peers()[p.rank].host : "?";
+      std::vector<std::unique_ptr<Pipe>> lanes;
+      RingCtl *tx = ringAt(*p.theirs, c, sh.ringBytes);
+      // tx->pullOk: whether the peer can read this rank's memory (its probe).
+      lanes.push_back(std::make_unique<ShmPipe>(d, p.pid, p.theirs, tx, p.mine,
+                                                ringAt(*p.mine, c, sh.ringBytes), sh.ringBytes,
+                                                tx->pullOk.load(std::memory_order_acquire) != 0));
+      out->push_back(std::make_unique<FramedConn>("shm", d, std::move(lanes), reduce_));
+    }
   }
 };
 

@@ -118,8 +118,8 @@ void SocketMover::run(iovec *iov, int n, const BgFold *fold) {
       size_t bytes = static_cast<size_t>(end - foldAt);
       bytes -= bytes % fold->f.elem;
       if (bytes > 0) {
-        if (fold->f.fn(foldDst, foldBase, foldAt, bytes / fold->f.elem, fold->f.dt,
-                       fold->f.op) != flagcxSuccess) {
+        if (fold->fn(foldDst, foldBase, foldAt, bytes / fold->f.elem, fold->f.dt, fold->f.op) !=
+            flagcxSuccess) {
           err_.store(EINVAL, std::memory_order_relaxed);
           return;
         }

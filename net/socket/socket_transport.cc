@@ -95,7 +95,10 @@ class SocketPipe final : public Pipe {
  public:
   SocketPipe(PeerDesc desc, int lane, Fd fd, SockAddr addr, bool helpers)
       : desc_(std::move(desc)), lane_(lane), fd_(std::move(fd)), addr_(addr),
-        stage_(new char[kStage]), helpers_(helpers) {}
+        stage_(new char[kStage]), helpers_(helpers) {
+    caps_.hasHelpers = helpers;
+    caps_.pollFd = fd_.get();
+  }
 
   flagcxResult_t write(const iovec *iov, int iovcnt, size_t *moved, bool *closed) override {
     *moved = 0;
@@ -115,7 +118,6 @@ class SocketPipe final : public Pipe {
     }
   }
 
-  bool hasHelpers() const override { return helpers_; }
   bool offload() override {
     if (!helpers_) return false;
     if (!sendMover_) {
@@ -129,7 +131,6 @@ class SocketPipe final : public Pipe {
     return true;
   }
 
-  int pollFd() const override { return fd_.get(); }
   int bgFd() const override { return bgFd_.get(); }
   void bgDrain() override {
     uint64_t v;
@@ -418,7 +419,7 @@ class SocketTransport final : public Transport {
           pipes.push_back(
               std::make_unique<SocketPipe>(d, l, std::move(fd), theirs[i].addr, plan.helpers));
         }
-        out->push_back(std::make_unique<FramedConn>("socket", d, std::move(pipes)));
+        out->push_back(std::make_unique<FramedConn>("socket", d, std::move(pipes), reduce_));
       }
     }
     INFO(kNet, "socket: rank %d connected to %zu peer(s), %d channel(s)", me, peers.size(),

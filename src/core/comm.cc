@@ -177,6 +177,9 @@ static flagcxResult_t chooseTransports(flagcxComm *comm) {
   FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &comm->ib));
   comm->shm = makeShmTransport();
   comm->sock = makeSocketTransport();
+  // What a Conn's receive helpers fold with (Conn::irecvFold), once per transport.
+  for (Transport *t : {comm->shm.get(), comm->sock.get(), comm->ib.get()})
+    if (t) t->setReduce(&hostReduce);
   comm->via.assign(static_cast<size_t>(comm->nranks), nullptr);
   for (int r : shmPeers) comm->via[static_cast<size_t>(r)] = comm->shm.get();
   for (int r : sockPeers) comm->via[static_cast<size_t>(r)] = comm->sock.get();

@@ -150,7 +150,6 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
         f.elem = ts;
         f.dt = dt;
         f.op = op;
-        f.fn = &hostReduce;
         r = x.conn->irecvFold(x.buf, x.bytes, x.tag, f, &x.req);
         x.folded = true;
       } else {

@@ -69,59 +69,82 @@ struct Pending {
   const char *why = "";
 };
 
-void worker(FlagcxP2pConn *c, VerbsPath *v) {
-  std::list<Pending> active;
-  size_t outstanding = 0;
-  const size_t cap = static_cast<size_t>(std::max(1, v->qp->maxSendWr()));
-  const size_t batch = std::clamp<size_t>(flagcxP2pGlobalConfig().batchPollSize, 1, 512);
-  std::vector<rdma::Completion> wc(batch);
-  const int64_t t = paramInt(Param::TIMEOUT);
-  const auto timeout = std::chrono::seconds(t > 0 ? t : 600);
-  const bool soft = rdmaKind(v->dev.get()) == 2;
-  Backoff bo;
-  bool aborted = false;
-  auto heard = Clock::now();  // the last completion, or the moment requests went out
-  auto report = [&](Pending &p) {
-    if (p.reported) return;
-    p.reported = true;
-    finish(c, p.job, !p.failed, p.why);
-  };
+// The worker thread of one connection's queue pair (run() until stop).
+class Worker {
+ public:
+  Worker(FlagcxP2pConn *c, VerbsPath *v)
+      : c_(c),
+        v_(v),
+        cap_(static_cast<size_t>(std::max(1, v->qp->maxSendWr()))),
+        batch_(std::clamp<size_t>(flagcxP2pGlobalConfig().batchPollSize, 1, 512)),
+        wc_(batch_),
+        soft_(rdmaKind(v->dev.get()) == 2) {
+    const int64_t t = paramInt(Param::TIMEOUT);
+    timeout_ = std::chrono::seconds(t > 0 ? t : 600);
+  }
+
+  void run() {
+    while (!v_->stop.load(std::memory_order_acquire)) {
+      bool progressed = takeJobs();
+      // A failed connection: the queue pair goes to the error state, so that
+      // what is still outstanding is flushed (and touches no memory later);
+      // its jobs end when their pieces have come back.
+      if (c_->dead.load() && !aborted_) abortQp();
+      const bool usable = v_->qp->state() == rdma::QpState::Ready && !v_->broken.load();
+      if (!usable) failAll("the queue pair failed", true);
+      progressed |= postPieces(usable);
+      progressed |= pollCompletions();
+      checkStall();
+      endJobs();
+      if (progressed) {
+        bo_.progressed();
+      } else {
+        if (outstanding_ > 0) v_->qp->checkPeer();
+        bo_.idle();
+      }
+    }
+    stopping();
+  }
+
+ private:
+  // New jobs from the queue; waits a little when fully idle.
+  bool takeJobs() {
+    bool took = false;
+    std::unique_lock<std::mutex> lk(v_->mu);
+    // Fully idle: a hardware queue pair needs no polling; the software
+    // device serves the peer's requests inside poll(), so keep polling.
+    if (!soft_ && active_.empty() && v_->q.empty())
+      v_->cv.wait_for(lk, std::chrono::milliseconds(1));
+    while (!v_->q.empty()) {
+      active_.push_back(Pending{std::move(v_->q.front())});
+      v_->q.pop_front();
+      took = true;
+    }
+    return took;
+  }
+
+  void abortQp() {
+    aborted_ = true;
+    v_->broken.store(true);
+    v_->qp->abort();
+  }
+
   // retry: the jobs did nothing wrong (the queue pair broke under them);
   // they are done again over the lanes when the connection still stands.
-  auto failAll = [&](const char *why, bool retry) {
-    for (auto &p : active)
+  void failAll(const char *why, bool retry) {
+    for (auto &p : active_)
       if (!p.failed) {
         p.failed = true;
         p.retry = retry;
         p.why = why;
       }
-  };
-  while (!v->stop.load(std::memory_order_acquire)) {
-    bool progressed = false;
-    {
-      std::unique_lock<std::mutex> lk(v->mu);
-      // Fully idle: a hardware queue pair needs no polling; the software
-      // device serves the peer's requests inside poll(), so keep polling.
-      if (!soft && active.empty() && v->q.empty())
-        v->cv.wait_for(lk, std::chrono::milliseconds(1));
-      while (!v->q.empty()) {
-        active.push_back(Pending{std::move(v->q.front())});
-        v->q.pop_front();
-        progressed = true;
-      }
-    }
-    // A failed connection: the queue pair goes to the error state, so that
-    // what is still outstanding is flushed (and touches no memory later);
-    // its jobs end when their pieces have come back.
-    if (c->dead.load() && !aborted) {
-      aborted = true;
-      v->broken.store(true);
-      v->qp->abort();
-    }
-    const bool usable = v->qp->state() == rdma::QpState::Ready && !v->broken.load();
-    if (!usable) failAll("the queue pair failed", true);
-    for (auto &p : active) {
-      while (usable && !p.failed && p.next < p.job.segs.size() && outstanding < cap) {
+  }
+
+  // Post the jobs' next pieces, in order, up to the queue pair's depth.
+  bool postPieces(bool usable) {
+    bool posted = false;
+    for (auto &p : active_) {
+      while (usable && !p.failed && p.next < p.job.segs.size() && outstanding_ < cap_) {
         const Seg &s = p.job.segs[p.next];
         rdma::SendWr wr;
         wr.op = p.job.op == Op::Write ? rdma::Opcode::Write : rdma::Opcode::Read;
@@ -131,101 +154,131 @@ void worker(FlagcxP2pConn *c, VerbsPath *v) {
         wr.length = static_cast<uint32_t>(s.len);
         wr.remote = s.remote;
         wr.rkey = s.rkey;  // the remote verbs key (verbsSubmit put it there)
-        if (v->qp->postSend(wr) != flagcxSuccess) {
+        if (v_->qp->postSend(wr) != flagcxSuccess) {
           p.failed = true;
           p.why = "the RDMA device refused a request";
           break;
         }
-        if (outstanding == 0) heard = Clock::now();
+        if (outstanding_ == 0) heard_ = Clock::now();
         p.next++;
         p.inflight++;
-        outstanding++;
-        progressed = true;
+        outstanding_++;
+        posted = true;
       }
-      if (outstanding >= cap) break;
+      if (outstanding_ >= cap_) break;
     }
-    int n = v->qp->poll(wc.data(), static_cast<int>(batch));
+    return posted;
+  }
+
+  // One completion; *dead when it shows the peer gone.
+  void complete(const rdma::Completion &w, bool *dead) {
+    auto *p = reinterpret_cast<Pending *>(w.wrId);
+    p->inflight--;
+    outstanding_--;
+    heard_ = Clock::now();
+    rdma::WcStatus st = w.status;
+    if (st == rdma::WcStatus::Success) {
+      v_->anyOk = true;
+      return;
+    }
+    // The peer is gone only if this queue pair ever worked: one that never
+    // completed a request may just not reach the peer (another fabric, a
+    // wrong GID), and the lanes still do.
+    if ((st == rdma::WcStatus::RetryExceeded || st == rdma::WcStatus::Fatal) && v_->anyOk)
+      *dead = true;
+    // Flushed: the queue pair failed because of another request; no
+    // answer from a queue pair that never worked: the NICs may not reach
+    // each other.  Neither is this transfer's fault: the lanes redo it.
+    const bool collateral = st == rdma::WcStatus::Flushed ||
+                            (st == rdma::WcStatus::RetryExceeded && !v_->anyOk);
+    if (!p->failed || (p->retry && !collateral)) {
+      p->retry = collateral && !p->failed;
+      p->failed = true;
+      p->why = rdma::wcStatusName(st);
+    }
+  }
+
+  bool pollCompletions() {
+    int n = v_->qp->poll(wc_.data(), static_cast<int>(batch_));
     bool dead = false;
-    for (int i = 0; i < n; i++) {
-      auto *p = reinterpret_cast<Pending *>(wc[i].wrId);
-      p->inflight--;
-      outstanding--;
-      progressed = true;
-      heard = Clock::now();
-      rdma::WcStatus st = wc[i].status;
-      if (st == rdma::WcStatus::Success) {
-        v->anyOk = true;
+    for (int i = 0; i < n; i++) complete(wc_[static_cast<size_t>(i)], &dead);
+    if (v_->qp->state() == rdma::QpState::Error && !v_->broken.exchange(true))
+      WARN(kP2P, "P2P: the queue pair to %s failed%s; this connection's later transfers take its "
+                 "TCP lanes", c_->peerHost.c_str(), v_->anyOk ? "" : " before completing any request");
+    if (dead) connMarkDead(c_, "the peer's RDMA queue pair stopped answering (process gone?)");
+    return n > 0;
+  }
+
+  // Requests in flight and nothing heard for FLAGCX_TIMEOUT: the peer is
+  // stuck.  The queue pair is aborted: its requests come back flushed.
+  void checkStall() {
+    if (outstanding_ == 0 || aborted_ || Clock::now() - heard_ <= timeout_) return;
+    connMarkDead(c_, "an RDMA request was not answered within FLAGCX_TIMEOUT");
+    failAll("the peer did not answer within FLAGCX_TIMEOUT", false);
+    abortQp();
+  }
+
+  void report(Pending &p) {
+    if (p.reported) return;
+    p.reported = true;
+    finish(c_, p.job, !p.failed, p.why);
+  }
+
+  // A job ends once nothing of it is in flight (a failed one's pieces come
+  // back flushed from the failed queue pair).
+  void endJobs() {
+    for (auto it = active_.begin(); it != active_.end();) {
+      bool over = it->failed || it->next == it->job.segs.size();
+      if (!over || it->inflight != 0) {
+        ++it;
         continue;
       }
-      // The peer is gone only if this queue pair ever worked: one that never
-      // completed a request may just not reach the peer (another fabric, a
-      // wrong GID), and the lanes still do.
-      if ((st == rdma::WcStatus::RetryExceeded || st == rdma::WcStatus::Fatal) && v->anyOk) dead = true;
-      // Flushed: the queue pair failed because of another request; no
-      // answer from a queue pair that never worked: the NICs may not reach
-      // each other.  Neither is this transfer's fault: the lanes redo it.
-      const bool collateral = st == rdma::WcStatus::Flushed ||
-                              (st == rdma::WcStatus::RetryExceeded && !v->anyOk);
-      if (!p->failed || (p->retry && !collateral)) {
-        p->retry = collateral && !p->failed;
-        p->failed = true;
-        p->why = rdma::wcStatusName(st);
-      }
-    }
-    if (v->qp->state() == rdma::QpState::Error && !v->broken.exchange(true))
-      WARN(kP2P, "P2P: the queue pair to %s failed%s; this connection's later transfers take its "
-                 "TCP lanes", c->peerHost.c_str(), v->anyOk ? "" : " before completing any request");
-    if (dead) connMarkDead(c, "the peer's RDMA queue pair stopped answering (process gone?)");
-    // Requests in flight and nothing heard for FLAGCX_TIMEOUT: the peer is
-    // stuck.  The queue pair is aborted: its requests come back flushed.
-    if (outstanding > 0 && !aborted && Clock::now() - heard > timeout) {
-      connMarkDead(c, "an RDMA request was not answered within FLAGCX_TIMEOUT");
-      failAll("the peer did not answer within FLAGCX_TIMEOUT", false);
-      aborted = true;
-      v->broken.store(true);
-      v->qp->abort();
-    }
-    // A job ends once nothing of it is in flight (a failed one's pieces come
-    // back flushed from the failed queue pair).
-    for (auto it = active.begin(); it != active.end();) {
-      bool over = it->failed || it->next == it->job.segs.size();
-      if (over && it->inflight == 0) {
-        if (it->failed && it->retry && !c->dead.load() && !v->stop.load()) {
-          it->reported = true;  // the lanes end it now
-          postOnLanes(c, it->job.op, it->job.orig, it->job.xfer);
-        } else {
-          report(*it);
-        }
-        it = active.erase(it);
+      if (it->failed && it->retry && !c_->dead.load() && !v_->stop.load()) {
+        it->reported = true;  // the lanes end it now
+        postOnLanes(c_, it->job.op, it->job.orig, it->job.xfer);
       } else {
-        ++it;
+        report(*it);
       }
-    }
-    if (progressed) {
-      bo.progressed();
-    } else {
-      if (outstanding > 0) v->qp->checkPeer();
-      bo.idle();
+      it = active_.erase(it);
     }
   }
+
   // Stopping: everything not over fails (the connection is closing); the
   // queue pair is aborted and its requests drained before it is destroyed.
-  failAll("the connection was closed", false);
-  for (auto &p : active) p.retry = false;
-  v->qp->abort();
-  for (auto until = Clock::now() + std::chrono::seconds(1); outstanding > 0 && Clock::now() < until;) {
-    int n = v->qp->poll(wc.data(), static_cast<int>(batch));
-    for (int i = 0; i < n; i++) {
-      reinterpret_cast<Pending *>(wc[i].wrId)->inflight--;
-      outstanding--;
+  void stopping() {
+    failAll("the connection was closed", false);
+    for (auto &p : active_) p.retry = false;
+    v_->qp->abort();
+    for (auto until = Clock::now() + std::chrono::seconds(1);
+         outstanding_ > 0 && Clock::now() < until;) {
+      int n = v_->qp->poll(wc_.data(), static_cast<int>(batch_));
+      for (int i = 0; i < n; i++) {
+        reinterpret_cast<Pending *>(wc_[static_cast<size_t>(i)].wrId)->inflight--;
+        outstanding_--;
+      }
+      if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    for (auto &p : active_) report(p);
+    std::lock_guard<std::mutex> lk(v_->mu);
+    for (auto &j : v_->q) finish(c_, j, false, "the connection was closed");
+    v_->q.clear();
   }
-  for (auto &p : active) report(p);
-  std::lock_guard<std::mutex> lk(v->mu);
-  for (auto &j : v->q) finish(c, j, false, "the connection was closed");
-  v->q.clear();
-}
+
+  FlagcxP2pConn *const c_;
+  VerbsPath *const v_;
+  std::list<Pending> active_;
+  size_t outstanding_ = 0;
+  const size_t cap_;
+  const size_t batch_;
+  std::vector<rdma::Completion> wc_;
+  std::chrono::seconds timeout_{600};
+  const bool soft_;
+  Backoff bo_;
+  bool aborted_ = false;
+  Clock::time_point heard_ = Clock::now();  // the last completion, or when requests went out
+};
+
+void worker(FlagcxP2pConn *c, VerbsPath *v) { Worker(c, v).run(); }
 
 }  // namespace
 

@@ -233,6 +233,134 @@ bool ruleMatches(const TuneRule &r, uint64_t bytes, const Topo &t) {
          t.nranks / t.ranksPerHost <= r.maxHosts;
 }
 
+using OpTable = std::array<std::array<const AlgoInfo *, kSizeBuckets>, flagcxNumTypes>;
+using BucketPicks = std::array<const AlgoInfo *, kSizeBuckets>;
+
+// FLAGCX_ALGO named `name` for op: every dtype and size runs it, or the
+// decision fails (unknown, or it cannot run on this topology).
+bool forceAlgo(const Registry &reg, Decider &dec, const Topo &t, OpKind op, const std::string &name,
+               OpTable *table, std::string *err) {
+  const AlgoInfo *a = reg.find(op, name);
+  if (!a) {
+    std::string names;
+    for (const AlgoInfo *b : reg.forOp(op)) names += (names.empty() ? "" : ", ") + b->name;
+    *err = "FLAGCX_ALGO: unknown algorithm '" + name + "' for " + opName(op) + " (known: " +
+           names + ")";
+    return false;
+  }
+  Candidate *c = dec.get(a, err);
+  if (!c) return false;
+  if (!c->ok) {
+    *err = std::string("FLAGCX_ALGO: ") + opName(op) + ":" + a->name + " cannot run on " +
+           std::to_string(t.nranks) + " ranks (" + std::to_string(t.ranksPerHost) +
+           " per host): " + c->why;
+    return false;
+  }
+  for (auto &row : *table) row.fill(a);
+  return true;
+}
+
+// Each size bucket's pick for op: the first matching rule whose algorithm
+// can run, else the cost model's cheapest.  Rules and the cost model do not
+// depend on the dtype.
+bool pickByRules(const Registry &reg, Decider &dec, const TuningRules &rules, const Topo &t,
+                 OpKind op, BucketPicks *byBucket, std::string *err) {
+  const size_t o = static_cast<size_t>(op);
+  for (int b = 0; b < kSizeBuckets; b++) {
+    uint64_t bytes = bucketLowBytes(b);
+    const AlgoInfo *pick = nullptr;
+    for (const TuneRule &r : rules.byOp[o]) {
+      if (!ruleMatches(r, bytes, t)) continue;
+      const AlgoInfo *a = reg.find(op, r.algo);
+      if (!a) {
+        *err = rules.file + ":" + std::to_string(r.line) + ": unknown algorithm '" + r.algo +
+               "' for " + opName(op);
+        return false;
+      }
+      Candidate *c = dec.get(a, err);
+      if (!c) return false;
+      if (c->ok) {
+        pick = a;
+        break;
+      }
+    }
+    if (!pick) {
+      bool failed = false;
+      pick = dec.cheapest(op, bytes, err, &failed);
+      if (failed) return false;
+    }
+    (*byBucket)[static_cast<size_t>(b)] = pick;
+  }
+  return true;
+}
+
+// FLAGCX_TUNING_POLICY: a Lua file returning function(op, bytes, dtype,
+// nranks, ranks_per_host), which names an algorithm or returns nil (the
+// rules decide).
+struct Policy {
+  std::string file;
+  std::unique_ptr<Sandbox> box;
+  int ref = LUA_NOREF;
+
+  // Runs the file (none set: nothing to do).
+  bool load(std::string *err) {
+    file = paramStr(Param::TUNING_POLICY);
+    if (file.empty()) return true;
+    std::string text;
+    if (!readConfigFile(file, &text, err)) {
+      *err = "FLAGCX_TUNING_POLICY: " + *err;
+      return false;
+    }
+    if (!Sandbox::create(file, ScriptLimits{}, &box, err)) return false;
+    if (!box->run(text, 1, err)) return false;
+    if (!lua_isfunction(box->L(), -1)) {
+      *err = file + ": the policy must return a function(op, bytes, dtype, nranks, ranks_per_host)";
+      return false;
+    }
+    ref = luaL_ref(box->L(), LUA_REGISTRYINDEX);
+    return true;
+  }
+
+  // The policy's algorithm for one (op, dtype, bucket); *out stays null
+  // when it returns nil.
+  bool ask(const Registry &reg, Decider &dec, const Topo &t, OpKind op, int d, int b,
+           const AlgoInfo **out, std::string *err) {
+    lua_State *L = box->L();
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    lua_pushstring(L, opName(op));
+    lua_pushnumber(L, static_cast<double>(bucketLowBytes(b)));
+    lua_pushstring(L, dtypeName(static_cast<flagcxDataType_t>(d)));
+    lua_pushinteger(L, t.nranks);
+    lua_pushinteger(L, t.ranksPerHost);
+    if (!box->pcall(5, 1, err)) return false;
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      return true;
+    }
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      *err = file + ": the policy must return an algorithm name or nil, got " +
+             lua_typename(L, lua_type(L, -1)) + " for " + opName(op);
+      return false;
+    }
+    std::string name = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    const AlgoInfo *a = reg.find(op, name);
+    if (!a) {
+      *err = file + ": the policy chose unknown algorithm '" + name + "' for " + opName(op);
+      return false;
+    }
+    Candidate *c = dec.get(a, err);
+    if (!c) return false;
+    if (!c->ok) {
+      *err = file + ": the policy chose " + opName(op) + "/" + name + ", which cannot run on " +
+             std::to_string(t.nranks) + " ranks: " + c->why;
+      return false;
+    }
+    *out = a;
+    return true;
+  }
+};
+
 }  // namespace
 
 bool decideAll(const Registry &reg, ScriptCache &scripts, const Topo &t, DecisionTable *out,
@@ -251,119 +379,24 @@ bool decideAll(const Registry &reg, ScriptCache &scripts, const Topo &t, Decisio
     if (paramIsSet(Param::TUNING_FILE)) *err = "FLAGCX_TUNING_FILE: " + *err;
     return false;
   }
-
-  std::unique_ptr<Sandbox> policy;
-  int policyRef = LUA_NOREF;
-  const std::string &policyFile = paramStr(Param::TUNING_POLICY);
-  if (!policyFile.empty()) {
-    std::string text;
-    if (!readConfigFile(policyFile, &text, err)) {
-      *err = "FLAGCX_TUNING_POLICY: " + *err;
-      return false;
-    }
-    if (!Sandbox::create(policyFile, ScriptLimits{}, &policy, err)) return false;
-    if (!policy->run(text, 1, err)) return false;
-    if (!lua_isfunction(policy->L(), -1)) {
-      *err = policyFile + ": the policy must return a function(op, bytes, dtype, nranks, ranks_per_host)";
-      return false;
-    }
-    policyRef = luaL_ref(policy->L(), LUA_REGISTRYINDEX);
-  }
+  Policy policy;
+  if (!policy.load(err)) return false;
 
   for (size_t o = 0; o < static_cast<size_t>(OpKind::Count); o++) {
     OpKind op = static_cast<OpKind>(o);
-    auto &table = (*out)[o];
+    OpTable &table = (*out)[o];
     if (reg.forOp(op).empty()) continue;
-
     if (!forced[o].empty()) {
-      const AlgoInfo *a = reg.find(op, forced[o]);
-      if (!a) {
-        std::string names;
-        for (const AlgoInfo *b : reg.forOp(op)) names += (names.empty() ? "" : ", ") + b->name;
-        *err = "FLAGCX_ALGO: unknown algorithm '" + forced[o] + "' for " + opName(op) +
-               " (known: " + names + ")";
-        return false;
-      }
-      Candidate *c = dec.get(a, err);
-      if (!c) return false;
-      if (!c->ok) {
-        *err = std::string("FLAGCX_ALGO: ") + opName(op) + ":" + a->name + " cannot run on " +
-               std::to_string(t.nranks) + " ranks (" + std::to_string(t.ranksPerHost) +
-               " per host): " + c->why;
-        return false;
-      }
-      for (auto &row : table) row.fill(a);
+      if (!forceAlgo(reg, dec, t, op, forced[o], &table, err)) return false;
       continue;
     }
-
-    // Rules and the cost model do not depend on the dtype: decide per bucket.
-    std::array<const AlgoInfo *, kSizeBuckets> byBucket{};
-    for (int b = 0; b < kSizeBuckets; b++) {
-      uint64_t bytes = bucketLowBytes(b);
-      const AlgoInfo *pick = nullptr;
-      for (const TuneRule &r : rules.byOp[o]) {
-        if (!ruleMatches(r, bytes, t)) continue;
-        const AlgoInfo *a = reg.find(op, r.algo);
-        if (!a) {
-          *err = rules.file + ":" + std::to_string(r.line) + ": unknown algorithm '" + r.algo +
-                 "' for " + opName(op);
-          return false;
-        }
-        Candidate *c = dec.get(a, err);
-        if (!c) return false;
-        if (c->ok) {
-          pick = a;
-          break;
-        }
-      }
-      if (!pick) {
-        bool failed = false;
-        pick = dec.cheapest(op, bytes, err, &failed);
-        if (failed) return false;
-      }
-      byBucket[b] = pick;
-    }
+    BucketPicks byBucket{};
+    if (!pickByRules(reg, dec, rules, t, op, &byBucket, err)) return false;
     for (auto &row : table) row = byBucket;
-
-    if (policy) {
-      lua_State *L = policy->L();
-      for (int d = 0; d < flagcxNumTypes; d++) {
-        for (int b = 0; b < kSizeBuckets; b++) {
-          lua_rawgeti(L, LUA_REGISTRYINDEX, policyRef);
-          lua_pushstring(L, opName(op));
-          lua_pushnumber(L, static_cast<double>(bucketLowBytes(b)));
-          lua_pushstring(L, dtypeName(static_cast<flagcxDataType_t>(d)));
-          lua_pushinteger(L, t.nranks);
-          lua_pushinteger(L, t.ranksPerHost);
-          if (!policy->pcall(5, 1, err)) return false;
-          if (lua_isnil(L, -1)) {
-            lua_pop(L, 1);
-            continue;  // the rules decide
-          }
-          if (lua_type(L, -1) != LUA_TSTRING) {
-            *err = policyFile + ": the policy must return an algorithm name or nil, got " +
-                   lua_typename(L, lua_type(L, -1)) + " for " + opName(op);
-            return false;
-          }
-          std::string name = lua_tostring(L, -1);
-          lua_pop(L, 1);
-          const AlgoInfo *a = reg.find(op, name);
-          if (!a) {
-            *err = policyFile + ": the policy chose unknown algorithm '" + name + "' for " +
-                   opName(op);
-            return false;
-          }
-          Candidate *c = dec.get(a, err);
-          if (!c) return false;
-          if (!c->ok) {
-            *err = policyFile + ": the policy chose " + opName(op) + "/" + name + ", which cannot run on " +
-                   std::to_string(t.nranks) + " ranks: " + c->why;
-            return false;
-          }
-          table[d][b] = a;
-        }
-      }
-    }
+    if (!policy.box) continue;
+    for (int d = 0; d < flagcxNumTypes; d++)
+      for (int b = 0; b < kSizeBuckets; b++)
+        if (!policy.ask(reg, dec, t, op, d, b, &table[d][b], err)) return false;
   }
   return true;
 }
