@@ -221,7 +221,7 @@ flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
     // Peers this schedule names that have no connection yet (alltoall's,
     // or any op's with FLAGCX_CONNECT_ALL=0 and a peer no other schedule
     // names): every rank of the call connects to its own at this point.
-    std::vector<int> &peers = s->stepPeers;  // kept for its capacity
+    std::vector<int> &peers = s->sched->stepPeers;  // kept for its capacity
     peers.clear();
     for (const Step &st : c->rs->steps)
       if (st.peer >= 0) peers.push_back(st.peer);
@@ -265,7 +265,7 @@ void bindChunks(ExecState *s, const CollItem &ci, CollCall *c) {
     out.vcounts = rc, out.vdispls = rd;
     // Scratch mirrors the send layout, packed.
     scr.vcounts = sc;
-    std::vector<size_t> &packed = s->scratchDispls;
+    std::vector<size_t> &packed = s->sched->scratchDispls;
     packed.assign(static_cast<size_t>(n), 0);
     for (int p = 1; p < n; p++) packed[static_cast<size_t>(p)] = packed[static_cast<size_t>(p - 1)] + sc[p - 1];
     scr.vdispls = packed.data();
@@ -295,9 +295,9 @@ flagcxResult_t placeBuffers(ExecState *s, CollCall *c) {
     return p;
   };
   if (!c->isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
-    out.base = work(s->bufOutAlt, s->dOutAlt, outBytes);
+    out.base = work(s->sched->bufOutAlt, s->sched->dOutAlt, outBytes);
   if (!c->isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
-    in.base = work(s->bufInAlt, s->dInAlt, inBytes);
+    in.base = work(s->sched->bufInAlt, s->sched->dInAlt, inBytes);
   // Schedules assume distinct input and output: snapshot an overlapping
   // input -- unless the call is in place chunk for chunk and this rank's
   // steps never read an input chunk once its output chunk may have changed
@@ -320,12 +320,12 @@ flagcxResult_t placeBuffers(ExecState *s, CollCall *c) {
                  (rs.inPlaceBlockNoCopy && (blockOf(in, inBytes, out, outBytes, c->n) ||
                                             blockOf(out, outBytes, in, inBytes, c->n))));
   if (!noCopy && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
-    char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
+    char *copy = work(s->sched->bufInPlace, s->sched->dInPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
     if (copy) FLAGCX_CHECK(localCopy(s, copy, in.base, inBytes));
     in.base = copy;
   }
-  c->scr.base = work(s->bufScratch, s->dScratch, c->scr.total * ts);
+  c->scr.base = work(s->sched->bufScratch, s->sched->dScratch, c->scr.total * ts);
   if (outOfMemory) {
     WARN(kColl, "rank %d: out of %s memory for the working buffers of %s", s->rank,
          direct ? "device" : "host", opName(a.op));
@@ -343,16 +343,16 @@ void planCopies(ExecState *s, CollCall *c) {
   const CollArgs &a = *c->a;
   const RankSchedule &rs = *c->rs;
   auto bufOf = [c](BufKind b) -> const Bound & { return c->buf(b); };
-  c->fuse = !c->direct && !s->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
+  c->fuse = !c->direct && !s->sched->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
   if (c->fuse)
-    g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &s->scratchFuseSkip, &s->scratchFuseBase),
+    g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &s->sched->scratchFuseSkip, &s->sched->scratchFuseBase),
                       std::memory_order_relaxed);
   c->chunkParam = paramInt(Param::NET_CHUNK_SIZE);
-  const StageSink &sink = s->sink;
+  const StageSink &sink = s->sched->sink;
   c->sinking = !c->direct && sink.host && c->out.base == sink.host && a.op != OpKind::AlltoAllv &&
                !(a.redop == flagcxAvg && opReduces(a.op));
   if (!c->sinking) return;
-  std::vector<int> &lastWrite = s->scratchLastWrite;
+  std::vector<int> &lastWrite = s->sched->scratchLastWrite;
   lastWrite.assign(static_cast<size_t>(c->out.nchunks), -1);
   for (const Step &st : rs.steps)
     if (st.kind != StepKind::Send && st.dst.buf == BufKind::Output && st.dst.chunk >= 0 &&
@@ -364,13 +364,13 @@ void planCopies(ExecState *s, CollCall *c) {
 // Staged output: the output chunks whose last write was `stage` go back to
 // the device (-1: those no step writes).
 flagcxResult_t sinkChunks(ExecState *s, const CollCall &c, int stage) {
-  const std::vector<int> &lastWrite = s->scratchLastWrite;
+  const std::vector<int> &lastWrite = s->sched->scratchLastWrite;
   for (int k = 0; k < c.out.nchunks; k++) {
     if (lastWrite[static_cast<size_t>(k)] != stage) continue;
     char *p;
     size_t b;
     c.out.range(k, &p, &b);
-    if (b) FLAGCX_CHECK(s->dev->copyAsync(s->sink.dev + (p - s->sink.host), p, b));
+    if (b) FLAGCX_CHECK(s->dev->copyAsync(s->sched->sink.dev + (p - s->sched->sink.host), p, b));
   }
   return flagcxSuccess;
 }
@@ -387,7 +387,7 @@ flagcxResult_t stageLocals(ExecState *s, const CollCall &c, size_t i, size_t end
   late.start(a.dtype, a.redop);
   for (size_t k = i; k < end; k++) {
     const Step &st = steps[k];
-    if (!isLocal(st) || (c.fuse && s->scratchFuseSkip[k])) continue;
+    if (!isLocal(st) || (c.fuse && s->sched->scratchFuseSkip[k])) continue;
     char *sp, *dp;
     size_t sb, db;
     c.buf(st.src.buf).range(st.src.chunk, &sp, &sb);
@@ -430,7 +430,7 @@ void stageXfers(ExecState *s, const CollCall &c, size_t i, size_t end, std::vect
       c.buf(steps[k].dst.buf).range(steps[k].dst.chunk, &p, &b);
       landing += b;
     }
-  char *land = c.direct ? nullptr : growHeap(s->bufLanding, landing);
+  char *land = c.direct ? nullptr : growHeap(s->sched->bufLanding, landing);
   size_t landOff = 0;
   for (size_t k = i; k < end; k++) {
     const Step &st = steps[k];
@@ -456,7 +456,7 @@ void stageXfers(ExecState *s, const CollCall &c, size_t i, size_t end, std::vect
       x.peer = st.peer;
       if (st.kind == StepKind::RecvReduce) {
         x.reduceDst = p + off;
-        if (c.fuse && s->scratchFuseBase[k]) x.reduceBase = s->scratchFuseBase[k] + off;
+        if (c.fuse && s->sched->scratchFuseBase[k]) x.reduceBase = s->sched->scratchFuseBase[k] + off;
       }
       xs.push_back(x);
     }
@@ -481,8 +481,8 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   planCopies(s, &c);
   // Stage by stage: plan (local steps, messages), then run.
   const std::vector<Step> &steps = c.rs->steps;
-  std::vector<Xfer> &xs = s->scratchXfers;
-  LocalWork &late = s->scratchLocal;
+  std::vector<Xfer> &xs = s->sched->scratchXfers;
+  LocalWork &late = s->sched->scratchLocal;
   for (size_t i = 0, end; i < steps.size(); i = end) {
     int stage = steps[i].stage;
     s->flight.stage(c.fe, stage);
@@ -495,7 +495,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   }
   if (c.sinking) {
     FLAGCX_CHECK(sinkChunks(s, c, -1));  // chunks no step wrote go back as they are
-    s->sink.used = true;
+    s->sched->sink.used = true;
   }
   if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot) {
     // Every reducing op's output holds `count` elements (reducescatter: its block).

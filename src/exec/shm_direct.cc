@@ -119,7 +119,7 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
          static_cast<unsigned long long>(ref.mapLen));
     return flagcxSystemError;
   }
-  char *base = s->small->maps[static_cast<size_t>(q)].get(ref, word);
+  char *base = s->block->shm->maps[static_cast<size_t>(q)].get(ref, word);
   if (!base) {
     INFO(kShm, "rank %d: cannot map a buffer of rank %d (%s); this call takes the rings",
          s->rank, q, lastErrorText());
@@ -132,7 +132,7 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
 // Waits until every peer's line-B counter `field` reaches `want`.
 template <class Field>
 flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field field) {
-  SmallShm *sm = s->small.get();
+  SmallShm *sm = s->block->shm.get();
   FLAGCX_CHECK(waitUntil(s, what, [&] {
     for (int q = 0; q < s->nranks; q++)
       if (q != s->rank && field(sm->lineB(q)).load(std::memory_order_acquire) < want)
@@ -147,22 +147,23 @@ flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field fi
 // This call over the rings after all (every rank decides the same).
 // `unshareable`: because of a buffer, so the next calls skip the meeting.
 flagcxResult_t fallBack(ExecState *s, CollItem &ci, bool unshareable = false) {
-  s->ringsUsed = true;
-  if (unshareable) s->small->directQuietUntil = ci.seq + kQuietCalls;
-  return s->mode == ExecMode::Host ? runColl(s, ci) : runCollStaged(s, ci);
+  s->block->ringsUsed = true;
+  if (unshareable) s->block->shm->directQuietUntil = ci.seq + kQuietCalls;
+  return s->sched->run(ci);
 }
 
 }  // namespace
 
-bool shmDirectFits(const ExecState *s, const CollItem &ci) {
-  const SmallShm *sm = s->small.get();
-  if (!sm || !sm->directMin || !blockCarries(s, ci.a)) return false;
+bool ShmDirectPath::fits(const CollItem &ci) const {
+  const ExecState *s = s_;
+  const SmallShm *sm = s->block->shm.get();
+  if (!sm->directMin || !blockCarries(s, ci.a)) return false;
   size_t ts = dtypeSize(ci.a.dtype);
   size_t most = std::max(elemsIn(ci, s->nranks), elemsOut(ci, s->nranks));
   return most <= SIZE_MAX / ts && most * ts >= sm->directMin && ci.seq >= sm->directQuietUntil;
 }
 
-uint64_t shmDirectCalls(const ExecState *s) { return s->small ? s->small->directCalls : 0; }
+uint64_t shmDirectCalls(const ExecState *s) { return s->block ? s->block->shm->directCalls : 0; }
 
 namespace {
 
@@ -247,7 +248,7 @@ DirectDesc describeBuffers(ExecState *s, const CollItem &ci, bool oneProcess) {
 
 // Step 5: map what this rank touches of its peers' buffers into dc.
 bool mapPeers(ExecState *s, const CollItem &ci, uint64_t word, DirectCall &dc) {
-  SmallShm *sm = s->small.get();
+  SmallShm *sm = s->block->shm.get();
   const CollArgs &a = ci.a;
   const int p = static_cast<int>(ci.seq & 1);
   bool mapped = true;
@@ -317,13 +318,13 @@ flagcxResult_t directAlltoallInPlace(ExecState *s, const DirectCall &dc, uint64_
   const int me = dc.me, n = dc.n;
   const size_t bytes = dc.bytes, mine0 = static_cast<size_t>(me) * bytes;
   const size_t aside = static_cast<size_t>(n - 1) * bytes;
-  char *tmp = dc.onDevice ? s->dScratch.grow(aside) : growHeap(s->bufScratch, aside);
+  char *tmp = dc.onDevice ? s->sched->dScratch.grow(aside) : growHeap(s->sched->bufScratch, aside);
   if (!tmp) return flagcxSystemError;
   for (int k = 1; k < n; k++)
     FLAGCX_CHECK(dc.copy(tmp + static_cast<size_t>(k - 1) * bytes, dc.send[(me + k) % n] + mine0, bytes));
   if (dc.onDevice) FLAGCX_CHECK(dc.dev->flush());
-  Phase *ph = s->small->lineB(me);
-  s->small->released(&ph->read);
+  Phase *ph = s->block->shm->lineB(me);
+  s->block->shm->released(&ph->read);
   ph->read.store(word, std::memory_order_release);
   FLAGCX_CHECK(waitPhase(s, what, word, [](Phase *x) -> auto & { return x->read; }));
   for (int k = 1; k < n; k++)
@@ -360,8 +361,9 @@ flagcxResult_t directCopy(ExecState *s, const DirectCall &dc, uint64_t word, con
 
 }  // namespace
 
-flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
-  SmallShm *sm = s->small.get();
+flagcxResult_t ShmDirectPath::run(CollItem &ci) {
+  ExecState *s = s_;
+  SmallShm *sm = s->block->shm.get();
   const CollArgs &a = ci.a;
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);

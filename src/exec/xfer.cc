@@ -26,7 +26,7 @@ bool everyPeerConnected(const ExecState *s) {
 }
 
 flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers) {
-  std::vector<int> &want = s->scratchPeers;
+  std::vector<int> &want = s->sched->scratchPeers;
   want.clear();
   for (int p : peers)
     if (p != s->rank && !s->conn(p)) want.push_back(p);
@@ -76,7 +76,7 @@ flagcxResult_t finishWork(ExecState *s, LocalWork *work) {
 // FramedConn::waitFds), sleep in poll() until one is ready, so the cores go
 // to the helpers and the peer instead of to spinning.  False: no such sleep.
 bool sleepOnConns(ExecState *s, const std::vector<Xfer> &xs) {
-  if (s->gate.base) return false;  // device copies are polled, not waited on
+  if (s->sched->gate.base) return false;  // device copies are polled, not waited on
   constexpr int kMax = 64;
   pollfd fds[kMax];
   Conn *asked[kMax];  // Conns repeat across slices: ask each once
@@ -104,8 +104,8 @@ size_t dirIndex(const ExecState *s, const Xfer &x) {
 flagcxResult_t postXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
                          flagcxRedOp_t op, const char *what, bool *progressed) {
   constexpr int kLimit = Conn::kMaxPosted / 2 - 8;  // per direction
-  std::vector<int> &outstanding = s->scratchCounts;
-  std::vector<char> &blocked = s->scratchFlags;
+  std::vector<int> &outstanding = s->sched->scratchCounts;
+  std::vector<char> &blocked = s->sched->scratchFlags;
   blocked.assign(outstanding.size(), 0);
   const size_t ts = dtypeSize(dt);
   for (auto &x : xs) {
@@ -115,7 +115,7 @@ flagcxResult_t postXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t d
       blocked[ci] = 1;
       continue;
     }
-    if (x.isSend && s->gate.base) {  // its bytes may still be on their way from the device
+    if (x.isSend && s->sched->gate.base) {  // its bytes may still be on their way from the device
       bool ready = false;
       FLAGCX_CHECK(gateReady(s, x.buf, x.bytes, &ready));
       if (!ready) {
@@ -184,7 +184,7 @@ flagcxResult_t testXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t d
     x.done = true;
     (*remaining)--;
     *progressed = true;
-    s->scratchCounts[dirIndex(s, x)]--;
+    s->sched->scratchCounts[dirIndex(s, x)]--;
   }
   return flagcxSuccess;
 }
@@ -216,13 +216,13 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
     }
   } join;
   if (work && work->pending() && copyThreadFits(s, *work)) {
-    s->copyThread->start(work->items.data() + work->next, work->items.size() - work->next);
+    s->sched->copyThread->start(work->items.data() + work->next, work->items.size() - work->next);
     work->next = work->items.size();
-    join.w = s->copyThread.get();
+    join.w = s->sched->copyThread.get();
   }
   size_t remaining = xs.size();
   Backoff wait;
-  s->scratchCounts.assign(static_cast<size_t>(2 * s->nranks * s->nchannels), 0);
+  s->sched->scratchCounts.assign(static_cast<size_t>(2 * s->nranks * s->nchannels), 0);
   unsigned idleRounds = 0;
   while (remaining > 0) {
     if (s->aborting) return flagcxRemoteError;
