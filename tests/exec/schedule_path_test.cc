@@ -122,6 +122,53 @@ TEST(SchedulePathSequence, BackToBackCallsOfMixedOps) {
   });
 }
 
+// Rooted ops at a root other than 0, and Avg (divided at the root).
+TEST(SchedulePathRooted, BroadcastAndReduceAvgAtRankOne) {
+  const size_t count = 200003;
+  execfix::runRanks(3, {}, [&](int r, Executor &ex) {
+    std::vector<float> buf(count, -1.f);
+    if (r == 1)
+      for (size_t i = 0; i < count; i++) buf[i] = inputOf(1, i);
+    ASSERT_EQ(ex.enqueueColl(coll(OpKind::Broadcast, buf.data(), buf.data(), count,
+                                  flagcxFloat32, flagcxSum, 1), nullptr),
+              flagcxSuccess);
+    for (size_t i = 0; i < count; i++) ASSERT_EQ(buf[i], inputOf(1, i)) << "rank " << r << " element " << i;
+    std::vector<float> in(count, static_cast<float>(3 * r)), out(count, -1.f);
+    ASSERT_EQ(ex.enqueueColl(coll(OpKind::Reduce, in.data(), out.data(), count, flagcxFloat32,
+                                  flagcxAvg, 1), nullptr),
+              flagcxSuccess);
+    if (r == 1)
+      for (size_t i = 0; i < count; i++) ASSERT_EQ(out[i], 3.f) << "element " << i;  // (0+3+6)/3
+    else
+      EXPECT_EQ(out[0], -1.f) << "a non-root's output is left alone";
+  });
+}
+
+// Alltoallv with counts that differ per pair (one pair sends nothing).
+TEST(SchedulePathAlltoallv, UnevenCounts) {
+  const int n = 3;
+  auto cnt = [](int from, int to) { return static_cast<size_t>((from * 5 + to * 3) % 7) * 1000; };
+  execfix::runRanks(n, {}, [&](int r, Executor &ex) {
+    std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+    size_t st = 0, rt = 0;
+    for (int q = 0; q < n; q++) {
+      sc[q] = cnt(r, q), sd[q] = st, st += sc[q];
+      rc[q] = cnt(q, r), rd[q] = rt, rt += rc[q];
+    }
+    std::vector<float> in(st), out(rt + 1, -1.f);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < sc[q]; i++) in[sd[q] + i] = static_cast<float>(r * 100 + q) + static_cast<float>(i % 5);
+    CollArgs a = coll(OpKind::AlltoAllv, in.data(), out.data(), 0);
+    a.sendcounts = sc.data(), a.sdispls = sd.data(), a.recvcounts = rc.data(), a.rdispls = rd.data();
+    ASSERT_EQ(ex.enqueueColl(a, nullptr), flagcxSuccess);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < rc[q]; i++)
+        ASSERT_EQ(out[rd[q] + i], static_cast<float>(q * 100 + r) + static_cast<float>(i % 5))
+            << "rank " << r << " from " << q << " element " << i;
+    EXPECT_EQ(out[rt], -1.f) << "nothing written past the last block";
+  });
+}
+
 // Ranks that call with different counts: the tags differ, and every rank
 // gets an error (no hang, no wrong sum), with a log line saying why.
 TEST(SchedulePathErrors, TagMismatchIsAnError) {
