@@ -295,9 +295,9 @@ flagcxResult_t placeBuffers(ExecState *s, CollCall *c) {
     return p;
   };
   if (!c->isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
-    out.base = work(s->sched->bufOutAlt, s->sched->dOutAlt, outBytes);
+    out.base = work(s->sched->host.outAlt, s->sched->direct.outAlt, outBytes);
   if (!c->isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
-    in.base = work(s->sched->bufInAlt, s->sched->dInAlt, inBytes);
+    in.base = work(s->sched->host.inAlt, s->sched->direct.inAlt, inBytes);
   // Schedules assume distinct input and output: snapshot an overlapping
   // input -- unless the call is in place chunk for chunk and this rank's
   // steps never read an input chunk once its output chunk may have changed
@@ -320,12 +320,12 @@ flagcxResult_t placeBuffers(ExecState *s, CollCall *c) {
                  (rs.inPlaceBlockNoCopy && (blockOf(in, inBytes, out, outBytes, c->n) ||
                                             blockOf(out, outBytes, in, inBytes, c->n))));
   if (!noCopy && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
-    char *copy = work(s->sched->bufInPlace, s->sched->dInPlace, inBytes);
+    char *copy = work(s->sched->host.inPlace, s->sched->direct.inPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
     if (copy) FLAGCX_CHECK(localCopy(s, copy, in.base, inBytes));
     in.base = copy;
   }
-  c->scr.base = work(s->sched->bufScratch, s->sched->dScratch, c->scr.total * ts);
+  c->scr.base = work(s->sched->host.scratch, s->sched->direct.scratch, c->scr.total * ts);
   if (outOfMemory) {
     WARN(kColl, "rank %d: out of %s memory for the working buffers of %s", s->rank,
          direct ? "device" : "host", opName(a.op));
@@ -343,12 +343,12 @@ void planCopies(ExecState *s, CollCall *c) {
   const CollArgs &a = *c->a;
   const RankSchedule &rs = *c->rs;
   auto bufOf = [c](BufKind b) -> const Bound & { return c->buf(b); };
-  c->fuse = !c->direct && !s->sched->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
+  c->fuse = !c->direct && !s->sched->staged.gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
   if (c->fuse)
     g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &s->sched->scratchFuseSkip, &s->sched->scratchFuseBase),
                       std::memory_order_relaxed);
   c->chunkParam = paramInt(Param::NET_CHUNK_SIZE);
-  const StageSink &sink = s->sched->sink;
+  const StageSink &sink = s->sched->staged.sink;
   c->sinking = !c->direct && sink.host && c->out.base == sink.host && a.op != OpKind::AlltoAllv &&
                !(a.redop == flagcxAvg && opReduces(a.op));
   if (!c->sinking) return;
@@ -370,7 +370,7 @@ flagcxResult_t sinkChunks(ExecState *s, const CollCall &c, int stage) {
     char *p;
     size_t b;
     c.out.range(k, &p, &b);
-    if (b) FLAGCX_CHECK(s->dev->copyAsync(s->sched->sink.dev + (p - s->sched->sink.host), p, b));
+    if (b) FLAGCX_CHECK(s->dev->copyAsync(s->sched->staged.sink.dev + (p - s->sched->staged.sink.host), p, b));
   }
   return flagcxSuccess;
 }
@@ -430,7 +430,7 @@ void stageXfers(ExecState *s, const CollCall &c, size_t i, size_t end, std::vect
       c.buf(steps[k].dst.buf).range(steps[k].dst.chunk, &p, &b);
       landing += b;
     }
-  char *land = c.direct ? nullptr : growHeap(s->sched->bufLanding, landing);
+  char *land = c.direct ? nullptr : growHeap(s->sched->host.landing, landing);
   size_t landOff = 0;
   for (size_t k = i; k < end; k++) {
     const Step &st = steps[k];
@@ -495,7 +495,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   }
   if (c.sinking) {
     FLAGCX_CHECK(sinkChunks(s, c, -1));  // chunks no step wrote go back as they are
-    s->sched->sink.used = true;
+    s->sched->staged.sink.used = true;
   }
   if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot) {
     // Every reducing op's output holds `count` elements (reducescatter: its block).

@@ -44,10 +44,7 @@ char *GrowBuf::grow(size_t bytes) {
 }
 
 SchedulePath::SchedulePath(ExecState *s)
-    : dScratch(s->dev, GrowBuf::Mem::Device), dInPlace(s->dev, GrowBuf::Mem::Device),
-      dInAlt(s->dev, GrowBuf::Mem::Device), dOutAlt(s->dev, GrowBuf::Mem::Device),
-      dStageIn(s->dev, GrowBuf::Mem::Device), dStageOut(s->dev, GrowBuf::Mem::Device),
-      pStageIn(s->dev, GrowBuf::Mem::Pinned), pStageOut(s->dev, GrowBuf::Mem::Pinned), s_(s) {
+    : staged(s->dev), direct(s->dev), s_(s) {
   int64_t ct = paramInt(Param::COPY_THREAD);
   if (ct == 1 || (ct == -2 && s->env.bs && coresPerLocalRank(*s->env.bs) >= 4))
     copyThread = std::make_unique<CopyWorker>();

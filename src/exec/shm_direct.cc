@@ -318,7 +318,7 @@ flagcxResult_t directAlltoallInPlace(ExecState *s, const DirectCall &dc, uint64_
   const int me = dc.me, n = dc.n;
   const size_t bytes = dc.bytes, mine0 = static_cast<size_t>(me) * bytes;
   const size_t aside = static_cast<size_t>(n - 1) * bytes;
-  char *tmp = dc.onDevice ? s->sched->dScratch.grow(aside) : growHeap(s->sched->bufScratch, aside);
+  char *tmp = dc.onDevice ? s->sched->direct.scratch.grow(aside) : growHeap(s->sched->host.scratch, aside);
   if (!tmp) return flagcxSystemError;
   for (int k = 1; k < n; k++)
     FLAGCX_CHECK(dc.copy(tmp + static_cast<size_t>(k - 1) * bytes, dc.send[(me + k) % n] + mine0, bytes));

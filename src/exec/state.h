@@ -189,6 +189,35 @@ struct LocalWork {
   }
 };
 
+// The schedule path's buffer providers.  Host: working buffers on the
+// heap (host mode, and staged mode's host side).
+struct HostBuffers {
+  std::vector<char> scratch, landing, inPlace, inAlt, outAlt;
+};
+
+// Staged: device buffers copied through page-locked host memory (the heap
+// without it), the input pipelined slice by slice (gate), the output sent
+// back chunk by chunk (sink).
+struct StagedBuffers {
+  explicit StagedBuffers(DeviceAdapter *dev)
+      : pinnedIn(dev, GrowBuf::Mem::Pinned), pinnedOut(dev, GrowBuf::Mem::Pinned) {}
+  std::vector<char> heapIn, heapOut;
+  GrowBuf pinnedIn, pinnedOut;
+  StageGate gate;
+  StageSink sink;
+};
+
+// Direct: working buffers in device memory, and the peers' device memory
+// mapped by CUDA IPC (dx).
+struct DirectBuffers {
+  explicit DirectBuffers(DeviceAdapter *dev)
+      : scratch(dev, GrowBuf::Mem::Device), inPlace(dev, GrowBuf::Mem::Device),
+        inAlt(dev, GrowBuf::Mem::Device), outAlt(dev, GrowBuf::Mem::Device),
+        stageIn(dev, GrowBuf::Mem::Device), stageOut(dev, GrowBuf::Mem::Device) {}
+  GrowBuf scratch, inPlace, inAlt, outAlt, stageIn, stageOut;
+  DirectState dx;
+};
+
 // A way to run one collective.  The executor offers each call to its paths
 // in a fixed order (executor.cc: runCollIn); every rank decides the same
 // from the call's arguments, so every rank takes the same path.  Each path
@@ -206,7 +235,8 @@ class CollPath {
 // in place by the peers (direct.cc).  It takes every call the one-host
 // paths leave, and runs the point-to-point groups (p2p_run.cc) on the same
 // machinery.  Its state: working buffers, the staging gate and sink,
-// direct mode's mappings, the stage loop's scratch, the copy thread.
+// direct mode's mappings (the providers below), the stage loop's scratch,
+// the copy thread.
 class SchedulePath final : public CollPath {
  public:
   explicit SchedulePath(ExecState *s);
@@ -214,15 +244,11 @@ class SchedulePath final : public CollPath {
   bool fits(const CollItem &) const override { return true; }
   flagcxResult_t run(CollItem &ci) override;
 
-  // Working buffers (only one job runs at a time).  Host mode: the heap.
-  std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
-  std::vector<char> bufStageIn, bufStageOut;  // staged mode without page-locked memory
-  // Direct mode: device memory; staged mode: page-locked host memory.
-  GrowBuf dScratch, dInPlace, dInAlt, dOutAlt, dStageIn, dStageOut;
-  GrowBuf pStageIn, pStageOut;
-  StageGate gate;
-  StageSink sink;
-  DirectState dx;
+  // Its buffer providers, one per way user buffers are reached (the mode);
+  // only one job runs at a time, so one set each.
+  HostBuffers host;
+  StagedBuffers staged;
+  DirectBuffers direct;
   // Scratch of the stage loop, kept for their capacity.
   std::vector<int> scratchCounts;
   std::vector<char> scratchFlags;

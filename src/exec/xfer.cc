@@ -76,7 +76,7 @@ flagcxResult_t finishWork(ExecState *s, LocalWork *work) {
 // FramedConn::waitFds), sleep in poll() until one is ready, so the cores go
 // to the helpers and the peer instead of to spinning.  False: no such sleep.
 bool sleepOnConns(ExecState *s, const std::vector<Xfer> &xs) {
-  if (s->sched->gate.base) return false;  // device copies are polled, not waited on
+  if (s->sched->staged.gate.base) return false;  // device copies are polled, not waited on
   constexpr int kMax = 64;
   pollfd fds[kMax];
   Conn *asked[kMax];  // Conns repeat across slices: ask each once
@@ -115,7 +115,7 @@ flagcxResult_t postXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t d
       blocked[ci] = 1;
       continue;
     }
-    if (x.isSend && s->sched->gate.base) {  // its bytes may still be on their way from the device
+    if (x.isSend && s->sched->staged.gate.base) {  // its bytes may still be on their way from the device
       bool ready = false;
       FLAGCX_CHECK(gateReady(s, x.buf, x.bytes, &ready));
       if (!ready) {
