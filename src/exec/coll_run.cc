@@ -187,52 +187,69 @@ flagcxResult_t localWorkPiece(ExecState *s, LocalWork &w, bool wait, bool *did) 
   return flagcxSuccess;
 }
 
-flagcxResult_t runColl(ExecState *s, CollItem &ci) {
+namespace {
+
+// One collective bound to this call's buffers: what its stages read.
+struct CollCall {
+  const CollArgs *a = nullptr;
+  const Schedule *sch = nullptr;
+  const RankSchedule *rs = nullptr;
+  FlightEntry *fe = nullptr;
+  Bound in, out, scr;
+  int n = 0;
+  size_t ts = 1;
+  bool direct = false, isRoot = true, fuse = false, sinking = false;
+  int64_t chunkParam = 0;  // FLAGCX_NET_CHUNK_SIZE
+  uint64_t tag = 0;
+  char what[96] = {};
+  const Bound &buf(BufKind b) const { return b == BufKind::Input ? in : b == BufKind::Output ? out : scr; }
+};
+
+// Bind, part 1: the schedule for this call, its peers connected, its
+// flight entry, tag and name.
+flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
   const CollArgs &a = ci.a;
-  int n = s->nranks;
-  size_t ts = dtypeSize(a.dtype);
-  if (a.count == 0 && a.op != OpKind::Barrier && a.op != OpKind::AlltoAllv) return flagcxSuccess;
-  const size_t *sc = nullptr, *sd = nullptr, *rc = nullptr, *rd = nullptr;
-  if (a.op == OpKind::AlltoAllv) {
-    sc = ci.v.data();
-    sd = sc + n;
-    rc = sd + n;
-    rd = rc + n;
-    // A rank with nothing to send or receive still runs the schedule: the
-    // others exchange (empty) messages with it, and that rank's view alone
-    // cannot tell that nobody needs it.
-  }
-  size_t selectBytes = a.count * ts;
-  const Schedule *sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
-  if (!sch) {
+  size_t selectBytes = a.count * c->ts;
+  c->sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
+  if (!c->sch) {
     WARN(kColl, "rank %d: no schedule for %s (%zu bytes, root %d)", s->rank, opName(a.op),
          selectBytes, a.root);
     return flagcxInternalError;
   }
-  const RankSchedule &rs = sch->ranks[0];
+  c->rs = &c->sch->ranks[0];
   if (!s->allConnected) {
     // Peers this schedule names that have no connection yet (alltoall's,
     // or any op's with FLAGCX_CONNECT_ALL=0 and a peer no other schedule
     // names): every rank of the call connects to its own at this point.
-    std::vector<int> &peers = s->stepPeers;  // kept for its capacity
+    std::vector<int> &peers = s->sched->stepPeers;  // kept for its capacity
     peers.clear();
-    for (const Step &st : rs.steps)
+    for (const Step &st : c->rs->steps)
       if (st.peer >= 0) peers.push_back(st.peer);
     FLAGCX_CHECK(connectFor(s, peers));
   }
-  int N = sch->chunks;
-  // (An entry already begun is this call's, by a path that fell back here.)
-  FlightEntry *fe = ci.flight ? s->flight.retag(ci.flight, sch->algo.c_str())
-                              : s->flight.begin(ci.seq, opName(a.op), sch->algo.c_str(), selectBytes,
-                                                a.dtype, opIsRooted(a.op) ? a.root : -1);
-  ci.flight = fe;
   bool rooted = opIsRooted(a.op);
-  bool isRoot = !rooted || s->rank == a.root;
+  // (An entry already begun is this call's, by a path that fell back here.)
+  c->fe = ci.flight ? s->flight.retag(ci.flight, c->sch->algo.c_str())
+                    : s->flight.begin(ci.seq, opName(a.op), c->sch->algo.c_str(), selectBytes,
+                                      a.dtype, rooted ? a.root : -1);
+  ci.flight = c->fe;
+  c->isRoot = !rooted || s->rank == a.root;
+  c->tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
+                   a.op == OpKind::AlltoAllv ? 0 : a.count);
+  s->curTag = c->tag;
+  snprintf(c->what, sizeof(c->what), "%s/%s #%llu", opName(a.op), c->sch->algo.c_str(),
+           static_cast<unsigned long long>(ci.seq));
+  return flagcxSuccess;
+}
+
+// Bind, part 2: how many chunks each buffer has and how many elements.
+void bindChunks(ExecState *s, const CollItem &ci, CollCall *c) {
+  const CollArgs &a = ci.a;
+  const int n = c->n, N = c->sch->chunks;
   size_t full = (a.op == OpKind::AllReduce || a.op == OpKind::Reduce ||
                  a.op == OpKind::Broadcast) ? a.count : a.count * static_cast<size_t>(n);
-
-  Bound in, out, scr;
-  in.ts = out.ts = scr.ts = ts;
+  Bound &in = c->in, &out = c->out, &scr = c->scr;
+  in.ts = out.ts = scr.ts = c->ts;
   in.nchunks = bufChunks(a.op, BufKind::Input, N, n);
   out.nchunks = bufChunks(a.op, BufKind::Output, N, n);
   scr.nchunks = N;
@@ -240,11 +257,15 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
   out.total = opOutputIsBlock(a.op) ? a.count : full;
   scr.total = full;
   if (a.op == OpKind::AlltoAllv) {
+    // A rank with nothing to send or receive still runs the schedule: the
+    // others exchange (empty) messages with it, and that rank's view alone
+    // cannot tell that nobody needs it.
+    const size_t *sc = ci.v.data(), *sd = sc + n, *rc = sd + n, *rd = rc + n;
     in.vcounts = sc, in.vdispls = sd;
     out.vcounts = rc, out.vdispls = rd;
     // Scratch mirrors the send layout, packed.
     scr.vcounts = sc;
-    std::vector<size_t> &packed = s->scratchDispls;
+    std::vector<size_t> &packed = s->sched->scratchDispls;
     packed.assign(static_cast<size_t>(n), 0);
     for (int p = 1; p < n; p++) packed[static_cast<size_t>(p)] = packed[static_cast<size_t>(p - 1)] + sc[p - 1];
     scr.vdispls = packed.data();
@@ -256,21 +277,27 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     out.total = maxEnd;
     scr.total = packed[static_cast<size_t>(n - 1)] + sc[n - 1];
   }
-  size_t inBytes = in.total * ts, outBytes = out.total * ts;
   in.base = const_cast<char *>(static_cast<const char *>(a.send));
   out.base = static_cast<char *>(a.recv);
-  bool direct = s->direct();
+}
+
+// Bind, part 3: the working buffers -- stand-ins for buffers a non-root
+// rank need not pass, a snapshot of an input the output overlaps, scratch.
+flagcxResult_t placeBuffers(ExecState *s, CollCall *c) {
+  const CollArgs &a = *c->a;
+  Bound &in = c->in, &out = c->out;
+  const size_t ts = c->ts, inBytes = in.total * ts, outBytes = out.total * ts;
+  const bool direct = c->direct;
   bool outOfMemory = false;
   auto work = [&](std::vector<char> &h, GrowBuf &d, size_t bytes) -> char * {
     char *p = workBuf(s, h, d, bytes);
     outOfMemory = outOfMemory || (direct && !p);  // the heap's data() is null when empty
     return p;
   };
-  // Buffers a non-root rank need not pass get a private stand-in.
-  if (!isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
-    out.base = work(s->bufOutAlt, s->dOutAlt, outBytes);
-  if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
-    in.base = work(s->bufInAlt, s->dInAlt, inBytes);
+  if (!c->isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
+    out.base = work(s->sched->host.outAlt, s->sched->direct.outAlt, outBytes);
+  if (!c->isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
+    in.base = work(s->sched->host.inAlt, s->sched->direct.inAlt, inBytes);
   // Schedules assume distinct input and output: snapshot an overlapping
   // input -- unless the call is in place chunk for chunk and this rank's
   // steps never read an input chunk once its output chunk may have changed
@@ -287,165 +314,195 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     return partBytes * static_cast<size_t>(k) == wholeBytes && part.nchunks * k == whole.nchunks &&
            part.base == whole.base + (k == 1 ? 0 : static_cast<size_t>(s->rank) * partBytes);
   };
+  const RankSchedule &rs = *c->rs;
   bool noCopy = !direct && !in.vcounts && in.base && out.base &&
                 ((rs.inPlaceNoCopy && blockOf(in, inBytes, out, outBytes, 1)) ||
-                 (rs.inPlaceBlockNoCopy && (blockOf(in, inBytes, out, outBytes, n) ||
-                                            blockOf(out, outBytes, in, inBytes, n))));
+                 (rs.inPlaceBlockNoCopy && (blockOf(in, inBytes, out, outBytes, c->n) ||
+                                            blockOf(out, outBytes, in, inBytes, c->n))));
   if (!noCopy && in.base && out.base && overlaps(in.base, inBytes, out.base, outBytes)) {
-    char *copy = work(s->bufInPlace, s->dInPlace, inBytes);
+    char *copy = work(s->sched->host.inPlace, s->sched->direct.inPlace, inBytes);
     FLAGCX_CHECK(gateWait(s, in.base, inBytes));
     if (copy) FLAGCX_CHECK(localCopy(s, copy, in.base, inBytes));
     in.base = copy;
   }
-  scr.base = work(s->bufScratch, s->dScratch, scr.total * ts);
+  c->scr.base = work(s->sched->host.scratch, s->sched->direct.scratch, c->scr.total * ts);
   if (outOfMemory) {
     WARN(kColl, "rank %d: out of %s memory for the working buffers of %s", s->rank,
          direct ? "device" : "host", opName(a.op));
     return flagcxSystemError;
   }
+  return flagcxSuccess;
+}
 
-  auto bufOf = [&](BufKind b) -> const Bound & {
-    return b == BufKind::Input ? in : b == BufKind::Output ? out : scr;
-  };
-  // Host calls of the reducing ops whose input is all there (no staging
-  // gate): skip the copies a receive-and-reduce can absorb.
-  std::vector<char> &skip = s->scratchFuseSkip;
-  std::vector<const char *> &fuseBase = s->scratchFuseBase;
-  const bool fuse =
-      !direct && !s->gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
-  if (fuse)
-    g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &skip, &fuseBase), std::memory_order_relaxed);
-  // FLAGCX_NET_CHUNK_SIZE, or (auto) what the peer's Conn moves best.
-  const int64_t chunkParam = paramInt(Param::NET_CHUNK_SIZE);
+// Bind, part 4: copies a receive-and-reduce absorbs (host calls of the
+// reducing ops whose input is all there: no staging gate), and, for staged
+// output, the stage after which each output chunk goes back to the device
+// (an Avg divides the whole output at the end, and alltoallv chunks may
+// overlap: those copy back at once, after).
+void planCopies(ExecState *s, CollCall *c) {
+  const CollArgs &a = *c->a;
+  const RankSchedule &rs = *c->rs;
+  auto bufOf = [c](BufKind b) -> const Bound & { return c->buf(b); };
+  c->fuse = !c->direct && !s->sched->staged.gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
+  if (c->fuse)
+    g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &s->sched->scratchFuseSkip, &s->sched->scratchFuseBase),
+                      std::memory_order_relaxed);
+  c->chunkParam = paramInt(Param::NET_CHUNK_SIZE);
+  const StageSink &sink = s->sched->staged.sink;
+  c->sinking = !c->direct && sink.host && c->out.base == sink.host && a.op != OpKind::AlltoAllv &&
+               !(a.redop == flagcxAvg && opReduces(a.op));
+  if (!c->sinking) return;
+  std::vector<int> &lastWrite = s->sched->scratchLastWrite;
+  lastWrite.assign(static_cast<size_t>(c->out.nchunks), -1);
+  for (const Step &st : rs.steps)
+    if (st.kind != StepKind::Send && st.dst.buf == BufKind::Output && st.dst.chunk >= 0 &&
+        st.dst.chunk < c->out.nchunks)
+      lastWrite[static_cast<size_t>(st.dst.chunk)] =
+          std::max(lastWrite[static_cast<size_t>(st.dst.chunk)], st.stage);
+}
+
+// Staged output: the output chunks whose last write was `stage` go back to
+// the device (-1: those no step writes).
+flagcxResult_t sinkChunks(ExecState *s, const CollCall &c, int stage) {
+  const std::vector<int> &lastWrite = s->sched->scratchLastWrite;
+  for (int k = 0; k < c.out.nchunks; k++) {
+    if (lastWrite[static_cast<size_t>(k)] != stage) continue;
+    char *p;
+    size_t b;
+    c.out.range(k, &p, &b);
+    if (b) FLAGCX_CHECK(s->dev->copyAsync(s->sched->staged.sink.dev + (p - s->sched->staged.sink.host), p, b));
+  }
+  return flagcxSuccess;
+}
+
+// Plan a stage, part 1: its local steps.  Those from firstLateLocal's cut
+// on go into `late` (run while the stage's messages move, on the host);
+// the ones before it run now.
+flagcxResult_t stageLocals(ExecState *s, const CollCall &c, size_t i, size_t end,
+                           LocalWork &late) {
+  const CollArgs &a = *c.a;
+  const std::vector<Step> &steps = c.rs->steps;
+  auto bufOf = [&c](BufKind b) -> const Bound & { return c.buf(b); };
+  size_t cut = c.direct ? end : firstLateLocal(steps, i, end, bufOf);
+  late.start(a.dtype, a.redop);
+  for (size_t k = i; k < end; k++) {
+    const Step &st = steps[k];
+    if (!isLocal(st) || (c.fuse && s->sched->scratchFuseSkip[k])) continue;
+    char *sp, *dp;
+    size_t sb, db;
+    c.buf(st.src.buf).range(st.src.chunk, &sp, &sb);
+    c.buf(st.dst.buf).range(st.dst.chunk, &dp, &db);
+    if (sb != db) {
+      WARN(kColl, "rank %d: %s: %s moves %zu bytes into %zu", s->rank, c.what,
+           stepText(st).c_str(), sb, db);
+      return flagcxInternalError;
+    }
+    if (k >= cut) {
+      late.items.push_back({st.kind == StepKind::Reduce, dp, sp, sb});
+      continue;
+    }
+    if (!c.direct) FLAGCX_CHECK(gateWait(s, sp, sb));
+    FLAGCX_CHECK(st.kind == StepKind::Copy ? localCopy(s, dp, sp, sb)
+                                           : localReduce(s, dp, sp, sb / c.ts, a.dtype, a.redop));
+  }
+  if (c.direct) FLAGCX_CHECK(s->dev->flush());
+  return flagcxSuccess;
+}
+
+// Plan a stage, part 2: its messages, sliced by FLAGCX_NET_CHUNK_SIZE (or
+// what the peer's Conn moves best) outside direct mode, slices spread over
+// the channels.  Received bytes to be reduced land in a heap buffer first
+// (direct mode reduces straight from the sender's memory).
+void stageXfers(ExecState *s, const CollCall &c, size_t i, size_t end, std::vector<Xfer> &xs) {
+  const std::vector<Step> &steps = c.rs->steps;
   auto sliceTo = [&](int peer) {
-    size_t sl = chunkParam > 0 ? static_cast<size_t>(chunkParam) : s->conn(peer)->sliceHint();
+    size_t sl = c.chunkParam > 0 ? static_cast<size_t>(c.chunkParam) : s->conn(peer)->sliceHint();
     if (sl == 0) sl = size_t{512} << 10;
     sl = std::max<size_t>(sl, 4096);
-    return sl - sl % ts;
+    return sl - sl % c.ts;
   };
-  uint64_t tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
-                         a.op == OpKind::AlltoAllv ? 0 : a.count);
-  s->curTag = tag;
-  char what[96];
-  snprintf(what, sizeof(what), "%s/%s #%llu", opName(a.op), sch->algo.c_str(),
-           static_cast<unsigned long long>(ci.seq));
-  std::vector<Xfer> &xs = s->scratchXfers;
-  // Staged output: each output chunk goes back to the device after the
-  // stage that writes it last (an Avg divides the whole output at the end,
-  // and alltoallv chunks may overlap: those copy back at once, after).
-  StageSink &sink = s->sink;
-  bool sinking = !direct && sink.host && out.base == sink.host && a.op != OpKind::AlltoAllv &&
-                 !(a.redop == flagcxAvg && opReduces(a.op));
-  std::vector<int> &lastWrite = s->scratchLastWrite;
-  if (sinking) {
-    lastWrite.assign(static_cast<size_t>(out.nchunks), -1);
-    for (const Step &st : rs.steps)
-      if (st.kind != StepKind::Send && st.dst.buf == BufKind::Output && st.dst.chunk >= 0 &&
-          st.dst.chunk < out.nchunks)
-        lastWrite[static_cast<size_t>(st.dst.chunk)] =
-            std::max(lastWrite[static_cast<size_t>(st.dst.chunk)], st.stage);
-  }
-  auto sinkChunks = [&](int stage) -> flagcxResult_t {
-    for (int c = 0; c < out.nchunks; c++) {
-      if (lastWrite[static_cast<size_t>(c)] != stage) continue;
+  xs.clear();
+  size_t landing = 0;
+  for (size_t k = i; k < end; k++)
+    if (steps[k].kind == StepKind::RecvReduce) {
       char *p;
       size_t b;
-      out.range(c, &p, &b);
-      if (b) FLAGCX_CHECK(s->dev->copyAsync(sink.dev + (p - sink.host), p, b));
+      c.buf(steps[k].dst.buf).range(steps[k].dst.chunk, &p, &b);
+      landing += b;
     }
-    return flagcxSuccess;
-  };
-  size_t i = 0;
-  while (i < rs.steps.size()) {
-    int stage = rs.steps[i].stage;
-    s->flight.stage(fe, stage);
-    size_t end = i;
-    while (end < rs.steps.size() && rs.steps[end].stage == stage) end++;
-    // Local steps from `cut` on run while the stage's messages move (on the
-    // host); the ones before it run first.
-    size_t cut = direct ? end : firstLateLocal(rs.steps, i, end, bufOf);
-    LocalWork &late = s->scratchLocal;
-    late.start(a.dtype, a.redop);
-    for (size_t k = i; k < end; k++) {
-      const Step &st = rs.steps[k];
-      if (!isLocal(st) || (fuse && skip[k])) continue;
-      char *sp, *dp;
-      size_t sb, db;
-      bufOf(st.src.buf).range(st.src.chunk, &sp, &sb);
-      bufOf(st.dst.buf).range(st.dst.chunk, &dp, &db);
-      if (sb != db) {
-        WARN(kColl, "rank %d: %s: %s moves %zu bytes into %zu", s->rank, what,
-             stepText(st).c_str(), sb, db);
-        return flagcxInternalError;
-      }
-      if (k >= cut) {
-        late.items.push_back({st.kind == StepKind::Reduce, dp, sp, sb});
-        continue;
-      }
-      if (!direct) FLAGCX_CHECK(gateWait(s, sp, sb));
-      FLAGCX_CHECK(st.kind == StepKind::Copy ? localCopy(s, dp, sp, sb)
-                                             : localReduce(s, dp, sp, sb / ts, a.dtype, a.redop));
-    }
-    if (direct) FLAGCX_CHECK(s->dev->flush());
-    xs.clear();
-    size_t landing = 0;
-    for (size_t k = i; k < end; k++) {
-      const Step &st = rs.steps[k];
+  char *land = c.direct ? nullptr : growHeap(s->sched->host.landing, landing);
+  size_t landOff = 0;
+  for (size_t k = i; k < end; k++) {
+    const Step &st = steps[k];
+    if (isLocal(st)) continue;
+    char *p;
+    size_t b;
+    bool isSend = st.kind == StepKind::Send;
+    const ChunkRef &ref = isSend ? st.src : st.dst;
+    c.buf(ref.buf).range(ref.chunk, &p, &b);
+    char *target = st.kind == StepKind::RecvReduce ? (c.direct ? nullptr : land + landOff) : p;
+    // Direct mode moves a step in one piece (the GPU copies it at once).
+    size_t slice = c.direct ? b : sliceTo(st.peer);
+    size_t nslices = b == 0 || c.direct ? 1 : (b + slice - 1) / slice;
+    for (size_t sl = 0; sl < nslices; sl++) {
+      size_t off = sl * slice, len = c.direct ? b : std::min(slice, b - std::min(b, off));
+      Xfer x{};
+      x.ch = static_cast<int>(sl % static_cast<size_t>(s->nchannels));
+      x.conn = s->conn(st.peer, x.ch);
+      x.isSend = isSend;
+      x.buf = target ? target + off : nullptr;
+      x.bytes = len;
+      x.tag = c.tag;
+      x.peer = st.peer;
       if (st.kind == StepKind::RecvReduce) {
-        char *p; size_t b;
-        bufOf(st.dst.buf).range(st.dst.chunk, &p, &b);
-        landing += b;
+        x.reduceDst = p + off;
+        if (c.fuse && s->sched->scratchFuseBase[k]) x.reduceBase = s->sched->scratchFuseBase[k] + off;
       }
+      xs.push_back(x);
     }
-    // Received bytes to be reduced land here first (direct mode reduces
-    // straight from the sender's memory).
-    char *land = direct ? nullptr : growHeap(s->bufLanding, landing);
-    size_t landOff = 0;
-    for (size_t k = i; k < end; k++) {
-      const Step &st = rs.steps[k];
-      if (st.kind == StepKind::Copy || st.kind == StepKind::Reduce) continue;
-      char *p;
-      size_t b;
-      bool isSend = st.kind == StepKind::Send;
-      const ChunkRef &ref = isSend ? st.src : st.dst;
-      bufOf(ref.buf).range(ref.chunk, &p, &b);
-      char *target = st.kind == StepKind::RecvReduce ? (direct ? nullptr : land + landOff) : p;
-      // Direct mode moves a step in one piece (the GPU copies it at once).
-      size_t slice = direct ? b : sliceTo(st.peer);
-      size_t nslices = b == 0 || direct ? 1 : (b + slice - 1) / slice;
-      for (size_t sl = 0; sl < nslices; sl++) {
-        size_t off = sl * slice, len = direct ? b : std::min(slice, b - std::min(b, off));
-        Xfer x{};
-        x.ch = static_cast<int>(sl % static_cast<size_t>(s->nchannels));
-        x.conn = s->conn(st.peer, x.ch);
-        x.isSend = isSend;
-        x.buf = target ? target + off : nullptr;
-        x.bytes = len;
-        x.tag = tag;
-        x.peer = st.peer;
-        if (st.kind == StepKind::RecvReduce) {
-          x.reduceDst = p + off;
-          if (fuse && fuseBase[k]) x.reduceBase = fuseBase[k] + off;
-        }
-        xs.push_back(x);
-      }
-      if (st.kind == StepKind::RecvReduce) landOff += b;
-    }
-    FLAGCX_CHECK(direct ? runDirectXfers(s, xs, a.dtype, a.redop, what)
-                        : runXfers(s, xs, a.dtype, a.redop, what, &late));
-    if (sinking) FLAGCX_CHECK(sinkChunks(stage));
-    i = end;
+    if (st.kind == StepKind::RecvReduce) landOff += b;
   }
-  if (sinking) {
-    FLAGCX_CHECK(sinkChunks(-1));  // chunks no step wrote go back as they are
-    sink.used = true;
+}
+
+}  // namespace
+
+flagcxResult_t runColl(ExecState *s, CollItem &ci) {
+  const CollArgs &a = ci.a;
+  if (a.count == 0 && a.op != OpKind::Barrier && a.op != OpKind::AlltoAllv) return flagcxSuccess;
+  // Bind: schedule, peers, buffers.
+  CollCall c;
+  c.a = &a;
+  c.n = s->nranks;
+  c.ts = dtypeSize(a.dtype);
+  c.direct = s->direct();
+  FLAGCX_CHECK(selectSchedule(s, ci, &c));
+  bindChunks(s, ci, &c);
+  FLAGCX_CHECK(placeBuffers(s, &c));
+  planCopies(s, &c);
+  // Stage by stage: plan (local steps, messages), then run.
+  const std::vector<Step> &steps = c.rs->steps;
+  std::vector<Xfer> &xs = s->sched->scratchXfers;
+  LocalWork &late = s->sched->scratchLocal;
+  for (size_t i = 0, end; i < steps.size(); i = end) {
+    int stage = steps[i].stage;
+    s->flight.stage(c.fe, stage);
+    for (end = i; end < steps.size() && steps[end].stage == stage;) end++;
+    FLAGCX_CHECK(stageLocals(s, c, i, end, late));
+    stageXfers(s, c, i, end, xs);
+    FLAGCX_CHECK(c.direct ? runDirectXfers(s, xs, a.dtype, a.redop, c.what)
+                          : runXfers(s, xs, a.dtype, a.redop, c.what, &late));
+    if (c.sinking) FLAGCX_CHECK(sinkChunks(s, c, stage));
   }
-  if (a.redop == flagcxAvg && opReduces(a.op) && isRoot) {
+  if (c.sinking) {
+    FLAGCX_CHECK(sinkChunks(s, c, -1));  // chunks no step wrote go back as they are
+    s->sched->staged.sink.used = true;
+  }
+  if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot) {
     // Every reducing op's output holds `count` elements (reducescatter: its block).
-    if (direct)
-      FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+    if (c.direct)
+      FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(c.n), nullptr));
     else
-      FLAGCX_CHECK(hostDivide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(n)));
+      FLAGCX_CHECK(hostDivide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(c.n)));
   }
   return flagcxSuccess;
 }

@@ -75,7 +75,7 @@ void CopyWorker::loop() {
 }
 
 bool copyThreadFits(const ExecState *s, const LocalWork &w) {
-  if (!s->copyThread || s->gate.base || s->direct() || w.done != 0) return false;
+  if (!s->sched->copyThread || s->sched->staged.gate.base || s->direct() || w.done != 0) return false;
   size_t bytes = 0;
   for (size_t i = w.next; i < w.items.size(); i++) {
     if (w.items[i].reduce) return false;

@@ -42,56 +42,56 @@ flagcxResult_t setupDirect(ExecState *s, bool canDirect) {
   FLAGCX_CHECK(dev->prepareEngine());
   void *ob = nullptr;
   FLAGCX_CHECK(dev->allocDevice(&ob, kOutboxBytes));
-  s->dx.outbox = static_cast<char *>(ob);
-  s->dx.outboxBytes = kOutboxBytes;
+  s->sched->direct.dx.outbox = static_cast<char *>(ob);
+  s->sched->direct.dx.outboxBytes = kOutboxBytes;
   size_t rb = DeviceAdapter::kIpcRefBytes;
   std::vector<char> refs(rb * static_cast<size_t>(s->nranks), 0);
   FLAGCX_CHECK(dev->ipcExport(ob, refs.data() + rb * static_cast<size_t>(s->rank)));
   FLAGCX_CHECK(s->env.bs->allgather(refs.data(), rb));
-  s->dx.peerOutbox.assign(static_cast<size_t>(s->nranks), nullptr);
-  s->dx.sameProcess.assign(static_cast<size_t>(s->nranks), 0);
+  s->sched->direct.dx.peerOutbox.assign(static_cast<size_t>(s->nranks), nullptr);
+  s->sched->direct.dx.sameProcess.assign(static_cast<size_t>(s->nranks), 0);
   for (int p = 0; p < s->nranks; p++) {
-    s->dx.sameProcess[static_cast<size_t>(p)] = p != s->rank && s->sameProcess(p);
+    s->sched->direct.dx.sameProcess[static_cast<size_t>(p)] = p != s->rank && s->sameProcess(p);
     // A rank of this process reads our memory directly (CUDA does not open
     // an IPC handle in the process that made it).
-    if (p == s->rank || s->dx.sameProcess[static_cast<size_t>(p)]) continue;
+    if (p == s->rank || s->sched->direct.dx.sameProcess[static_cast<size_t>(p)]) continue;
     void *base = nullptr;
     flagcxResult_t r = dev->ipcImportBase(refs.data() + rb * static_cast<size_t>(p), &base);
     if (r != flagcxSuccess) {
       WARN(kInit, "rank %d: mapping the outbox of rank %d (CUDA IPC) failed", s->rank, p);
       return r;
     }
-    s->dx.peerOutbox[static_cast<size_t>(p)] = static_cast<char *>(base);
+    s->sched->direct.dx.peerOutbox[static_cast<size_t>(p)] = static_cast<char *>(base);
   }
   s->mode = ExecMode::Direct;
   return flagcxSuccess;
 }
 
 void releaseDirect(ExecState *s) {
-  for (auto &kv : s->dx.imports) s->dev->ipcRelease(kv.second);
-  s->dx.imports.clear();
-  for (char *p : s->dx.peerOutbox)
+  for (auto &kv : s->sched->direct.dx.imports) s->dev->ipcRelease(kv.second);
+  s->sched->direct.dx.imports.clear();
+  for (char *p : s->sched->direct.dx.peerOutbox)
     if (p) s->dev->ipcRelease(p);
-  s->dx.peerOutbox.clear();
-  if (s->dx.outbox) s->dev->freeDevice(s->dx.outbox);
-  s->dx.outbox = nullptr;
+  s->sched->direct.dx.peerOutbox.clear();
+  if (s->sched->direct.dx.outbox) s->dev->freeDevice(s->sched->direct.dx.outbox);
+  s->sched->direct.dx.outbox = nullptr;
 }
 
 void directImportReserve(ExecState *s, size_t k) {
-  if (s->dx.imports.size() + k < kMaxImports) return;
-  for (auto &kv : s->dx.imports) s->dev->ipcRelease(kv.second);
-  s->dx.imports.clear();
+  if (s->sched->direct.dx.imports.size() + k < kMaxImports) return;
+  for (auto &kv : s->sched->direct.dx.imports) s->dev->ipcRelease(kv.second);
+  s->sched->direct.dx.imports.clear();
 }
 
 flagcxResult_t directImport(ExecState *s, const char *ref, int peer, uint64_t need, char **out) {
   DeviceAdapter *dev = s->dev;
   std::string id(ref, dev->ipcIdBytes());
-  auto it = s->dx.imports.find(id);
-  if (it == s->dx.imports.end()) {
-    if (s->dx.imports.size() >= kMaxImports) {
+  auto it = s->sched->direct.dx.imports.find(id);
+  if (it == s->sched->direct.dx.imports.end()) {
+    if (s->sched->direct.dx.imports.size() >= kMaxImports) {
       // Peers' buffers come and go; drop every mapping rather than grow forever.
-      for (auto &kv : s->dx.imports) dev->ipcRelease(kv.second);
-      s->dx.imports.clear();
+      for (auto &kv : s->sched->direct.dx.imports) dev->ipcRelease(kv.second);
+      s->sched->direct.dx.imports.clear();
     }
     void *base = nullptr;
     flagcxResult_t r = dev->ipcImportBase(ref, &base);
@@ -99,7 +99,7 @@ flagcxResult_t directImport(ExecState *s, const char *ref, int peer, uint64_t ne
       WARN(kColl, "rank %d: mapping device memory of rank %d (CUDA IPC) failed", s->rank, peer);
       return r;
     }
-    it = s->dx.imports.emplace(std::move(id), base).first;
+    it = s->sched->direct.dx.imports.emplace(std::move(id), base).first;
   }
   uint64_t off = dev->ipcOffset(ref), have = dev->ipcMappedBytes(it->second);
   if (off > have || need > have - off) {
@@ -117,9 +117,9 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
   if (xs.empty()) return flagcxSuccess;
   DeviceAdapter *dev = s->dev;
   size_t ts = dtypeSize(dt);
-  std::vector<char> &ctrl = s->dx.ctrl;
+  std::vector<char> &ctrl = s->sched->direct.dx.ctrl;
   if (ctrl.size() < xs.size() * kCtrlBytes) ctrl.resize(xs.size() * kCtrlBytes);
-  std::vector<Xfer> &cx = s->dx.xfers;
+  std::vector<Xfer> &cx = s->sched->direct.dx.xfers;
   cx.clear();
   size_t outboxUsed = 0;
   for (size_t i = 0; i < xs.size(); i++) {
@@ -136,11 +136,11 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
       uint64_t hdr[4] = {kDirectMagic, xs[i].bytes, 0, 0};
       memset(c.buf, 0, kCtrlBytes);
       size_t len = (xs[i].bytes + 255) & ~size_t(255);
-      if (xs[i].bytes && s->dx.sameProcess[static_cast<size_t>(c.peer)]) {
+      if (xs[i].bytes && s->sched->direct.dx.sameProcess[static_cast<size_t>(c.peer)]) {
         hdr[2] = 2;
         hdr[3] = reinterpret_cast<uintptr_t>(xs[i].buf);
-      } else if (xs[i].bytes && xs[i].bytes < kOutboxMax && outboxUsed + len <= s->dx.outboxBytes) {
-        FLAGCX_CHECK(dev->copyAsync(s->dx.outbox + outboxUsed, xs[i].buf, xs[i].bytes));
+      } else if (xs[i].bytes && xs[i].bytes < kOutboxMax && outboxUsed + len <= s->sched->direct.dx.outboxBytes) {
+        FLAGCX_CHECK(dev->copyAsync(s->sched->direct.dx.outbox + outboxUsed, xs[i].buf, xs[i].bytes));
         hdr[2] = 1;
         hdr[3] = outboxUsed;
         outboxUsed += len;
@@ -168,7 +168,7 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
     const char *c = ctrl.data() + i * kCtrlBytes;
     uint64_t hdr[4];
     memcpy(hdr, c, sizeof(hdr));
-    bool local = s->dx.sameProcess[static_cast<size_t>(x.peer)];
+    bool local = s->sched->direct.dx.sameProcess[static_cast<size_t>(x.peer)];
     if (hdr[0] != kDirectMagic || hdr[2] > 2 || (hdr[2] == 2) != (local && x.bytes)) {
       WARN(kColl, "rank %d: %s: rank %d sent a malformed direct-transfer header", s->rank,
            what, x.peer);
@@ -182,13 +182,13 @@ flagcxResult_t runDirectXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataTyp
     if (!x.bytes) continue;
     char *src = nullptr;
     if (hdr[2] == 1) {
-      if (hdr[3] > s->dx.outboxBytes || x.bytes > s->dx.outboxBytes - hdr[3]) {
+      if (hdr[3] > s->sched->direct.dx.outboxBytes || x.bytes > s->sched->direct.dx.outboxBytes - hdr[3]) {
         WARN(kColl, "rank %d: %s: rank %d names bytes %llu..%llu of its outbox (%zu bytes)",
              s->rank, what, x.peer, static_cast<unsigned long long>(hdr[3]),
-             static_cast<unsigned long long>(hdr[3] + x.bytes), s->dx.outboxBytes);
+             static_cast<unsigned long long>(hdr[3] + x.bytes), s->sched->direct.dx.outboxBytes);
         return flagcxInternalError;
       }
-      src = s->dx.peerOutbox[static_cast<size_t>(x.peer)] + hdr[3];
+      src = s->sched->direct.dx.peerOutbox[static_cast<size_t>(x.peer)] + hdr[3];
     } else if (hdr[2] == 2) {
       src = reinterpret_cast<char *>(static_cast<uintptr_t>(hdr[3]));
     } else {
@@ -243,27 +243,27 @@ flagcxResult_t reserveDirect(Job *j) {
       scr = 0;
       for (int p = 0; p < n; p++) scr += ci.v[static_cast<size_t>(p)];
     }
-    FLAGCX_CHECK(need(s->dScratch, std::max<size_t>(scr * ts, 1)));
+    FLAGCX_CHECK(need(s->sched->direct.scratch, std::max<size_t>(scr * ts, 1)));
     const char *send = static_cast<const char *>(a.send);
     const char *recv = static_cast<const char *>(a.recv);
     bool sendDev = !send || !inB || dev->isDeviceMemory(send);
     bool recvDev = !recv || !outB || dev->isDeviceMemory(recv);
-    if (!sendDev) FLAGCX_CHECK(need(s->dStageIn, inB));
-    if (!recvDev) FLAGCX_CHECK(need(s->dStageOut, outB));
+    if (!sendDev) FLAGCX_CHECK(need(s->sched->direct.stageIn, inB));
+    if (!recvDev) FLAGCX_CHECK(need(s->sched->direct.stageOut, outB));
     // Staging may place the input inside the output (or the reverse): then
     // the executor snapshots it, as it does for overlapping user buffers.
     if (!sendDev || !recvDev || (send && recv && overlaps(send, inB, recv, outB)))
-      FLAGCX_CHECK(need(s->dInPlace, std::max(inB, outB)));
+      FLAGCX_CHECK(need(s->sched->direct.inPlace, std::max(inB, outB)));
     bool isRoot = s->rank == a.root;
     if (!isRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather))
-      FLAGCX_CHECK(need(s->dOutAlt, outB));
+      FLAGCX_CHECK(need(s->sched->direct.outAlt, outB));
     if (!isRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter))
-      FLAGCX_CHECK(need(s->dInAlt, inB));
+      FLAGCX_CHECK(need(s->sched->direct.inAlt, inB));
   }
   size_t staged = 0;
   for (const P2PItem &it : j->p2p)
     if (it.bytes && !dev->isDeviceMemory(it.buf)) staged += it.bytes;
-  return need(s->dStageIn, staged);
+  return need(s->sched->direct.stageIn, staged);
 }
 
 // Point-to-point in direct mode: device buffers are read in place by the
@@ -273,7 +273,7 @@ flagcxResult_t runP2PDirect(ExecState *s, std::vector<P2PItem> &items) {
   size_t staged = 0;
   for (auto &it : items)
     if (it.bytes && !dev->isDeviceMemory(it.buf)) staged += it.bytes;
-  char *stage = staged ? s->dStageIn.grow(staged) : nullptr;
+  char *stage = staged ? s->sched->direct.stageIn.grow(staged) : nullptr;
   if (staged && !stage) return flagcxSystemError;
   std::vector<P2PItem> h = items;
   size_t off = 0;

@@ -43,18 +43,25 @@ char *GrowBuf::grow(size_t bytes) {
   return static_cast<char *>(p);
 }
 
+SchedulePath::SchedulePath(ExecState *s)
+    : staged(s->dev), direct(s->dev), s_(s) {
+  int64_t ct = paramInt(Param::COPY_THREAD);
+  if (ct == 1 || (ct == -2 && s->env.bs && coresPerLocalRank(*s->env.bs) >= 4))
+    copyThread = std::make_unique<CopyWorker>();
+}
+
+SchedulePath::~SchedulePath() = default;
+
+flagcxResult_t SchedulePath::run(CollItem &ci) {
+  return s_->mode == ExecMode::Host ? runColl(s_, ci) : runCollStaged(s_, ci);
+}
+
 ExecState::ExecState(const ExecEnv &e)
-    : rank(e.rank), nranks(e.nranks), nchannels(e.nchannels), dev(e.dev), env(e),
-      dScratch(e.dev, GrowBuf::Mem::Device), dInPlace(e.dev, GrowBuf::Mem::Device),
-      dInAlt(e.dev, GrowBuf::Mem::Device), dOutAlt(e.dev, GrowBuf::Mem::Device),
-      dStageIn(e.dev, GrowBuf::Mem::Device), dStageOut(e.dev, GrowBuf::Mem::Device),
-      pStageIn(e.dev, GrowBuf::Mem::Pinned), pStageOut(e.dev, GrowBuf::Mem::Pinned) {
+    : rank(e.rank), nranks(e.nranks), nchannels(e.nchannels), dev(e.dev), env(e) {
   flight.init(rank, nranks,
               static_cast<size_t>(std::max<int64_t>(1, paramInt(Param::FLIGHT_RECORDER_SIZE))));
   allConnected = everyPeerConnected(this);
-  int64_t ct = paramInt(Param::COPY_THREAD);
-  if (ct == 1 || (ct == -2 && e.bs && coresPerLocalRank(*e.bs) >= 4))
-    copyThread = std::make_unique<CopyWorker>();
+  sched = std::make_unique<SchedulePath>(this);
 }
 
 ExecState::~ExecState() {
@@ -125,8 +132,8 @@ void finishTurn(ExecState *s, uint64_t ticket, flagcxResult_t res) {
 // on each connection), so that ranks waiting on it fail now, naming the
 // cause, instead of at FLAGCX_TIMEOUT.  Mismatches keep their code.
 void poisonPeers(ExecState *s, flagcxResult_t res) {
-  Conn::Mismatch note = s->smallNote;
-  s->smallNote = {};
+  Conn::Mismatch note;
+  if (s->block) std::swap(note, s->block->note);
   for (auto &c : *s->env.conns)
     if (!note.mine && c && c->mismatch().mine) {
       note = c->mismatch();
@@ -139,18 +146,17 @@ void poisonPeers(ExecState *s, flagcxResult_t res) {
   smallPoison(s);
 }
 
+// The one-host paths that may take calls (none without a block), then the
+// schedule path; the block hears of every call it does not take.
 flagcxResult_t runCollIn(ExecState *s, CollItem &c) {
-  if (s->small) {
-    if (smallFits(s, c)) return runSmall(s, c);
-    if (shmDirectFits(s, c)) return runShmDirect(s, c);
-    smallPublishOrdinary(s, c);
-  }
-  s->ringsUsed = true;
-  return s->mode == ExecMode::Host ? runColl(s, c) : runCollStaged(s, c);
+  for (CollPath *p : s->oneHost)
+    if (p->fits(c)) return p->run(c);
+  if (s->block) s->block->passOver(c);
+  return s->sched->run(c);
 }
 
 flagcxResult_t runP2PIn(ExecState *s, std::vector<P2PItem> &items) {
-  s->ringsUsed = true;
+  if (s->block) s->block->ringsUsed = true;
   switch (s->mode) {
     case ExecMode::Host: return runP2P(s, items);
     case ExecMode::Staged: return runP2PStaged(s, items);
@@ -207,8 +213,8 @@ flagcxResult_t launch(Job *j) {
   j->ticket = s->nextTicket.fetch_add(1);
   s->inFlight.fetch_add(1);
   // Only small-block collectives are quick (no schedule, no transport).
-  bool quick = s->small && j->p2p.empty() && j->ncolls > 0;
-  for (size_t k = 0; quick && k < j->ncolls; k++) quick = smallFits(s, j->colls[k]);
+  bool quick = s->blockTakesCalls && j->p2p.empty() && j->ncolls > 0;
+  for (size_t k = 0; quick && k < j->ncolls; k++) quick = s->block->fits(j->colls[k]);
   return s->dev->enqueue(j->stream, StreamTask{runJob, j, s, quick});
 }
 

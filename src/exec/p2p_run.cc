@@ -18,7 +18,7 @@ flagcxResult_t runP2P(ExecState *s, std::vector<P2PItem> &items) {
     for (const auto &it : items) peers.push_back(it.peer);
     FLAGCX_CHECK(connectFor(s, peers));
   }
-  std::vector<Xfer> &xs = s->scratchXfers;
+  std::vector<Xfer> &xs = s->sched->scratchXfers;
   xs.clear();
   for (auto &it : items) {
     if (it.peer == s->rank) {

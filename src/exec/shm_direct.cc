@@ -119,7 +119,7 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
          static_cast<unsigned long long>(ref.mapLen));
     return flagcxSystemError;
   }
-  char *base = s->small->maps[static_cast<size_t>(q)].get(ref, word);
+  char *base = s->block->shm->maps[static_cast<size_t>(q)].get(ref, word);
   if (!base) {
     INFO(kShm, "rank %d: cannot map a buffer of rank %d (%s); this call takes the rings",
          s->rank, q, lastErrorText());
@@ -132,7 +132,7 @@ flagcxResult_t peerBuffer(ExecState *s, int q, const DirectDesc &d, bool recv, u
 // Waits until every peer's line-B counter `field` reaches `want`.
 template <class Field>
 flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field field) {
-  SmallShm *sm = s->small.get();
+  SmallShm *sm = s->block->shm.get();
   FLAGCX_CHECK(waitUntil(s, what, [&] {
     for (int q = 0; q < s->nranks; q++)
       if (q != s->rank && field(sm->lineB(q)).load(std::memory_order_acquire) < want)
@@ -147,63 +147,235 @@ flagcxResult_t waitPhase(ExecState *s, const char *what, uint64_t want, Field fi
 // This call over the rings after all (every rank decides the same).
 // `unshareable`: because of a buffer, so the next calls skip the meeting.
 flagcxResult_t fallBack(ExecState *s, CollItem &ci, bool unshareable = false) {
-  s->ringsUsed = true;
-  if (unshareable) s->small->directQuietUntil = ci.seq + kQuietCalls;
-  return s->mode == ExecMode::Host ? runColl(s, ci) : runCollStaged(s, ci);
+  s->block->ringsUsed = true;
+  if (unshareable) s->block->shm->directQuietUntil = ci.seq + kQuietCalls;
+  return s->sched->run(ci);
 }
 
 }  // namespace
 
-bool shmDirectFits(const ExecState *s, const CollItem &ci) {
-  const SmallShm *sm = s->small.get();
-  if (!sm || !sm->directMin || !blockCarries(s, ci.a)) return false;
+bool ShmDirectPath::fits(const CollItem &ci) const {
+  const ExecState *s = s_;
+  const SmallShm *sm = s->block->shm.get();
+  if (!sm->directMin || !blockCarries(s, ci.a)) return false;
   size_t ts = dtypeSize(ci.a.dtype);
   size_t most = std::max(elemsIn(ci, s->nranks), elemsOut(ci, s->nranks));
   return most <= SIZE_MAX / ts && most * ts >= sm->directMin && ci.seq >= sm->directQuietUntil;
 }
 
-uint64_t shmDirectCalls(const ExecState *s) { return s->small ? s->small->directCalls : 0; }
+uint64_t shmDirectCalls(const ExecState *s) { return s->block ? s->block->shm->directCalls : 0; }
 
-flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
-  SmallShm *sm = s->small.get();
+namespace {
+
+// One direct call: every rank's buffers as this rank reaches them, and how
+// it reduces and copies (host memory in cache-sized pieces on this thread;
+// device memory in one piece each, queued on the adapter's stream and
+// flushed before `done`).
+struct DirectCall {
+  const CollArgs *a;
+  int n, me;
+  size_t ts, bytes;  // bytes: one rank's share
+  bool onDevice;
+  DeviceAdapter *dev;
+  flagcxRedOp_t op;  // Avg reduces as Sum, then divides
+  size_t piece;
+  char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
+
+  flagcxResult_t reduce2(char *dst, const char *x, const char *y, size_t c) const {
+    return onDevice ? dev->reduceAsync(dst, x, y, c, a->dtype, op) : hostReduce(dst, x, y, c, a->dtype, op);
+  }
+  flagcxResult_t copy(char *dst, const char *src, size_t len, bool stream = false) const {
+    if (dst == src || !len) return flagcxSuccess;
+    if (onDevice) return dev->copyAsync(dst, src, len);
+    if (stream) copyBytesStreaming(dst, src, len);
+    else copyBytes(dst, src, len);
+    return flagcxSuccess;
+  }
+  // dst[0, count) = the reduction of src(q)[0, count) over q, `first` first.
+  template <class Src>
+  flagcxResult_t reduceInto(char *dst, int first, Src src, size_t count) const {
+    const size_t pe = std::min(piece, std::max<size_t>(count, 1));
+    const int second = first == 0 ? 1 : 0;
+    for (size_t off = 0; off < count; off += pe) {
+      const size_t c = std::min(pe, count - off), bo = off * ts;
+      FLAGCX_CHECK(reduce2(dst + bo, src(first) + bo, src(second) + bo, c));
+      for (int q = 0; q < n; q++)
+        if (q != first && q != second) FLAGCX_CHECK(reduce2(dst + bo, dst + bo, src(q) + bo, c));
+      if (a->redop == flagcxAvg)
+        FLAGCX_CHECK(dev->divide(dst + bo, dst + bo, c, a->dtype, static_cast<uint64_t>(n), nullptr));
+    }
+    return flagcxSuccess;
+  }
+  // Rank q's piece [lo, hi) of a reduction spread over the ranks: whole lines each.
+  size_t per() const {
+    const size_t align = std::max<size_t>(kLine / ts, 1);
+    return ((a->count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + align - 1) / align * align;
+  }
+  size_t lo(int q) const { return std::min(static_cast<size_t>(q) * per(), a->count); }
+  size_t hi(int q) const { return std::min(lo(q) + per(), a->count); }
+};
+
+// This rank's descriptor of its buffers for the meeting: addresses, and
+// the shareable references of those its peers touch.
+DirectDesc describeBuffers(ExecState *s, const CollItem &ci, bool oneProcess) {
   const CollArgs &a = ci.a;
   const int n = s->nranks, me = s->rank;
-  const int p = static_cast<int>(ci.seq & 1);
-  const uint64_t word = ci.seq + 1;
   const size_t ts = dtypeSize(a.dtype);
-  const size_t bytes = a.count * ts;  // one rank's share
-  const char *what = directWhat(a.op);
-  // The rings' tag for this call: a rank that falls back to them below
-  // sends frames with it, which its peers must not take for a mismatch.
-  s->curTag = collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : 0, a.count);
-
-  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-direct", bytes, a.dtype,
-                              opIsRooted(a.op) ? a.root : -1);
-  const bool onDevice = s->mode == ExecMode::Direct;
   DeviceAdapter *dev = s->dev;
   DirectDesc d{};
   d.frees = host::memFreeCount();
   d.sendAddr = reinterpret_cast<uintptr_t>(a.send);
   d.recvAddr = reinterpret_cast<uintptr_t>(a.recv);
-  bool usable = true;
-  if (!onDevice) {
+  d.usable = true;
+  if (s->mode != ExecMode::Direct) {
     if (peersTouchSend(a, me) && a.send)
       d.sendOk = host::memShareRef(a.send, elemsIn(ci, n) * ts, &d.send);
     if (peersTouchRecv(a, me) && a.recv)
       d.recvOk = host::memShareRef(a.recv, elemsOut(ci, n) * ts, &d.recv);
-  } else {
-    // The kernels address every buffer this rank uses: device memory only.
-    const bool usesSend = !((a.op == OpKind::Broadcast || a.op == OpKind::Scatter) && me != a.root);
-    const bool usesRecv = !((a.op == OpKind::Reduce || a.op == OpKind::Gather) && me != a.root);
-    usable = usable && (!usesSend || dev->isDeviceMemory(a.send)) &&
-             (!usesRecv || dev->isDeviceMemory(a.recv));
-    // (Ranks all in this process reach the buffers by address.)
-    if (usable && !sm->oneProcess && peersTouchSend(a, me))
-      d.sendOk = dev->ipcExport(a.send, d.sendIpc) == flagcxSuccess;
-    if (usable && !sm->oneProcess && peersTouchRecv(a, me))
-      d.recvOk = dev->ipcExport(a.recv, d.recvIpc) == flagcxSuccess;
+    return d;
   }
-  d.usable = usable;
+  // The kernels address every buffer this rank uses: device memory only.
+  const bool usesSend = !((a.op == OpKind::Broadcast || a.op == OpKind::Scatter) && me != a.root);
+  const bool usesRecv = !((a.op == OpKind::Reduce || a.op == OpKind::Gather) && me != a.root);
+  d.usable = (!usesSend || dev->isDeviceMemory(a.send)) && (!usesRecv || dev->isDeviceMemory(a.recv));
+  // (Ranks all in this process reach the buffers by address.)
+  if (d.usable && !oneProcess && peersTouchSend(a, me))
+    d.sendOk = dev->ipcExport(a.send, d.sendIpc) == flagcxSuccess;
+  if (d.usable && !oneProcess && peersTouchRecv(a, me))
+    d.recvOk = dev->ipcExport(a.recv, d.recvIpc) == flagcxSuccess;
+  return d;
+}
+
+// Step 5: map what this rank touches of its peers' buffers into dc.
+bool mapPeers(ExecState *s, const CollItem &ci, uint64_t word, DirectCall &dc) {
+  SmallShm *sm = s->block->shm.get();
+  const CollArgs &a = ci.a;
+  const int p = static_cast<int>(ci.seq & 1);
+  bool mapped = true;
+  if (dc.onDevice) directImportReserve(s, 2 * static_cast<size_t>(dc.n));
+  for (int q = 0; q < dc.n; q++) {
+    if (q == dc.me) {
+      dc.send[q] = static_cast<char *>(const_cast<void *>(a.send));
+      dc.recv[q] = static_cast<char *>(a.recv);
+      continue;
+    }
+    const DirectDesc &dq = *reinterpret_cast<const DirectDesc *>(sm->data(q, p));
+    if (mapped && peersTouchSend(a, q))
+      mapped = peerBuffer(s, q, dq, false, elemsIn(ci, dc.n) * dc.ts, word, &dc.send[q]) == flagcxSuccess;
+    if (mapped && peersTouchRecv(a, q))
+      mapped = peerBuffer(s, q, dq, true, elemsOut(ci, dc.n) * dc.ts, word, &dc.recv[q]) == flagcxSuccess;
+    sm->maps[static_cast<size_t>(q)].dropStale(dq.frees, word, kMaxMaps);
+  }
+  return mapped;
+}
+
+// Step 6 for the reducing ops.  Reductions put the rank that owns the
+// destination first, then the others in rank order.
+flagcxResult_t directReduce(const DirectCall &dc) {
+  const CollArgs &a = *dc.a;
+  const int me = dc.me, n = dc.n;
+  const size_t ts = dc.ts;
+  switch (a.op) {
+    case OpKind::AllReduce: {
+      // Piece by piece: reduce into this rank's output, then write the
+      // result into every peer's output while it is still in cache.
+      // Streaming stores there when the message is too large to stay in the
+      // caches anyway (no read of lines the peer's core holds).
+      if (dc.onDevice && n == 2 && a.redop != flagcxAvg) {
+        // One kernel reads both inputs once and writes both outputs.
+        const size_t o = dc.lo(me) * ts;
+        return dc.dev->reduce2Async(dc.recv[me] + o, dc.recv[1 - me] + o, dc.send[me] + o,
+                                    dc.send[1 - me] + o, dc.hi(me) - dc.lo(me), a.dtype, dc.op);
+      }
+      const bool stream = dc.bytes >= kStreamMin;
+      const size_t pe = std::min(dc.piece, std::max<size_t>(dc.hi(me) - dc.lo(me), 1));
+      for (size_t off = dc.lo(me); off < dc.hi(me); off += pe) {
+        const size_t c = std::min(pe, dc.hi(me) - off), bo = off * ts;
+        FLAGCX_CHECK(dc.reduceInto(dc.recv[me] + bo, me, [&](int q) { return dc.send[q] + bo; }, c));
+        for (int k = 1; k < n; k++)
+          FLAGCX_CHECK(dc.copy(dc.recv[(me + k) % n] + bo, dc.recv[me] + bo, c * ts, stream));
+      }
+      return flagcxSuccess;
+    }
+    case OpKind::Reduce: {
+      const size_t o = dc.lo(me) * ts;
+      return dc.reduceInto(dc.recv[a.root] + o, a.root, [&](int q) { return dc.send[q] + o; },
+                           dc.hi(me) - dc.lo(me));
+    }
+    case OpKind::ReduceScatter: {
+      const size_t mine0 = static_cast<size_t>(me) * dc.bytes;
+      return dc.reduceInto(dc.recv[me], me, [&](int q) { return dc.send[q] + mine0; }, a.count);
+    }
+    default: return flagcxInternalError;
+  }
+}
+
+// Step 6 for an in-place alltoall: block q of this rank's buffer is what
+// peer q still reads until it is done: read every peer's block for this
+// rank aside, meet (line B's `read`), then write them (two copies per byte).
+flagcxResult_t directAlltoallInPlace(ExecState *s, const DirectCall &dc, uint64_t word,
+                                     const char *what) {
+  const int me = dc.me, n = dc.n;
+  const size_t bytes = dc.bytes, mine0 = static_cast<size_t>(me) * bytes;
+  const size_t aside = static_cast<size_t>(n - 1) * bytes;
+  char *tmp = dc.onDevice ? s->sched->direct.scratch.grow(aside) : growHeap(s->sched->host.scratch, aside);
+  if (!tmp) return flagcxSystemError;
+  for (int k = 1; k < n; k++)
+    FLAGCX_CHECK(dc.copy(tmp + static_cast<size_t>(k - 1) * bytes, dc.send[(me + k) % n] + mine0, bytes));
+  if (dc.onDevice) FLAGCX_CHECK(dc.dev->flush());
+  Phase *ph = s->block->shm->lineB(me);
+  s->block->shm->released(&ph->read);
+  ph->read.store(word, std::memory_order_release);
+  FLAGCX_CHECK(waitPhase(s, what, word, [](Phase *x) -> auto & { return x->read; }));
+  for (int k = 1; k < n; k++)
+    FLAGCX_CHECK(dc.copy(dc.recv[me] + static_cast<size_t>((me + k) % n) * bytes,
+                         tmp + static_cast<size_t>(k - 1) * bytes, bytes));
+  return flagcxSuccess;
+}
+
+// Step 6 for the copying ops: one copy per byte.
+flagcxResult_t directCopy(ExecState *s, const DirectCall &dc, uint64_t word, const char *what) {
+  const CollArgs &a = *dc.a;
+  const int me = dc.me, n = dc.n;
+  const size_t bytes = dc.bytes, mine0 = static_cast<size_t>(me) * bytes;
+  switch (a.op) {
+    case OpKind::AllGather:
+      for (int k = 0; k < n; k++) {
+        int q = (me + k) % n;
+        FLAGCX_CHECK(dc.copy(dc.recv[me] + static_cast<size_t>(q) * bytes, dc.send[q], bytes));
+      }
+      return flagcxSuccess;
+    case OpKind::Gather: return dc.copy(dc.recv[a.root] + mine0, dc.send[me], bytes);
+    case OpKind::Broadcast: return dc.copy(dc.recv[me], dc.send[a.root], bytes);
+    case OpKind::Scatter: return dc.copy(dc.recv[me], dc.send[a.root] + mine0, bytes);
+    case OpKind::AlltoAll:
+      if (a.send == a.recv && n > 1) return directAlltoallInPlace(s, dc, word, what);
+      for (int k = 0; k < n; k++) {
+        int q = (me + k) % n;
+        FLAGCX_CHECK(dc.copy(dc.recv[me] + static_cast<size_t>(q) * bytes, dc.send[q] + mine0, bytes));
+      }
+      return flagcxSuccess;
+    default: return directReduce(dc);
+  }
+}
+
+}  // namespace
+
+flagcxResult_t ShmDirectPath::run(CollItem &ci) {
+  ExecState *s = s_;
+  SmallShm *sm = s->block->shm.get();
+  const CollArgs &a = ci.a;
+  const int n = s->nranks, me = s->rank;
+  const int p = static_cast<int>(ci.seq & 1);
+  const uint64_t word = ci.seq + 1;
+  const size_t ts = dtypeSize(a.dtype);
+  const char *what = directWhat(a.op);
+  // The rings' tag for this call: a rank that falls back to them below
+  // sends frames with it, which its peers must not take for a mismatch.
+  s->curTag = collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : 0, a.count);
+  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-direct", a.count * ts, a.dtype,
+                              opIsRooted(a.op) ? a.root : -1);
+  DirectDesc d = describeBuffers(s, ci, sm->oneProcess);
   // This rank's own descriptor may already settle it: a buffer its peers
   // must touch is not shareable (heap memory: torch's CPU tensors), so every
   // rank will decide for the rings from it (step 4).  Then publish it and go
@@ -218,32 +390,17 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
       r != flagcxSuccess)
     return r;
   if (ringsAnyway) return fallBack(s, ci, true);
-  auto desc = [&](int q) -> const DirectDesc & {
-    return *reinterpret_cast<const DirectDesc *>(sm->data(q, p));
-  };
 
   // 4. The same decision on every rank: can every rank reach what it must?
   bool ok = true;
-  for (int q = 0; q < n && ok; q++) ok = reachable(desc(q), q);
+  for (int q = 0; q < n && ok; q++) ok = reachable(*reinterpret_cast<const DirectDesc *>(sm->data(q, p)), q);
   if (!ok) return fallBack(s, ci, true);
 
   // 5. Map what this rank touches; tell the others whether it could.
-  char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
-  bool mapped = true;
-  if (onDevice) directImportReserve(s, 2 * static_cast<size_t>(n));
-  for (int q = 0; q < n; q++) {
-    if (q == me) {
-      send[q] = static_cast<char *>(const_cast<void *>(a.send));
-      recv[q] = static_cast<char *>(a.recv);
-      continue;
-    }
-    const DirectDesc &dq = desc(q);
-    if (mapped && peersTouchSend(a, q))
-      mapped = peerBuffer(s, q, dq, false, elemsIn(ci, n) * ts, word, &send[q]) == flagcxSuccess;
-    if (mapped && peersTouchRecv(a, q))
-      mapped = peerBuffer(s, q, dq, true, elemsOut(ci, n) * ts, word, &recv[q]) == flagcxSuccess;
-    sm->maps[static_cast<size_t>(q)].dropStale(dq.frees, word, kMaxMaps);
-  }
+  DirectCall dc{&a, n, me, ts, a.count * ts, s->mode == ExecMode::Direct, s->dev,
+                a.redop == flagcxAvg ? flagcxSum : a.redop, 0};
+  dc.piece = dc.onDevice ? SIZE_MAX : std::max<size_t>(kPiece / ts, 1);
+  bool mapped = mapPeers(s, ci, word, dc);
   Phase *ph = sm->lineB(me);
   sm->released(&ph->mapped);
   ph->mapped.store(word * 2 + (mapped ? 1 : 0), std::memory_order_release);
@@ -259,110 +416,8 @@ flagcxResult_t runShmDirect(ExecState *s, CollItem &ci) {
 
   sm->directCalls++;
   // 6. The work.
-  const flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
-  // dst[0, count) = the reduction of src(q)[0, count) over q, `first` first.
-  // Host memory in cache-sized pieces on this thread; device memory in one
-  // piece each, queued on the adapter's stream (flushed before `done`).
-  auto reduce2 = [&](char *dst, const char *x, const char *y, size_t c) {
-    return onDevice ? dev->reduceAsync(dst, x, y, c, a.dtype, op) : hostReduce(dst, x, y, c, a.dtype, op);
-  };
-  auto copy = [&](char *dst, const char *src, size_t len, bool stream = false) -> flagcxResult_t {
-    if (dst == src || !len) return flagcxSuccess;
-    if (onDevice) return dev->copyAsync(dst, src, len);
-    if (stream) copyBytesStreaming(dst, src, len);
-    else copyBytes(dst, src, len);
-    return flagcxSuccess;
-  };
-  const size_t piece = onDevice ? SIZE_MAX : std::max<size_t>(kPiece / ts, 1);
-  auto reduceInto = [&](char *dst, int first, auto src, size_t count) -> flagcxResult_t {
-    const size_t pe = std::min(piece, std::max<size_t>(count, 1));
-    const int second = first == 0 ? 1 : 0;
-    for (size_t off = 0; off < count; off += pe) {
-      const size_t c = std::min(pe, count - off), bo = off * ts;
-      FLAGCX_CHECK(reduce2(dst + bo, src(first) + bo, src(second) + bo, c));
-      for (int q = 0; q < n; q++)
-        if (q != first && q != second) FLAGCX_CHECK(reduce2(dst + bo, dst + bo, src(q) + bo, c));
-      if (a.redop == flagcxAvg)
-        FLAGCX_CHECK(s->dev->divide(dst + bo, dst + bo, c, a.dtype, static_cast<uint64_t>(n), nullptr));
-    }
-    return flagcxSuccess;
-  };
-  // Rank q's piece of a reduction spread over the ranks: whole lines each.
-  const size_t align = std::max<size_t>(kLine / ts, 1);
-  const size_t per = ((a.count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + align - 1) / align * align;
-  auto lo = [&](int q) { return std::min(static_cast<size_t>(q) * per, a.count); };
-  auto hi = [&](int q) { return std::min(lo(q) + per, a.count); };
-  const size_t mine0 = static_cast<size_t>(me) * bytes;
-  switch (a.op) {
-    case OpKind::AllReduce: {
-      // Piece by piece: reduce into this rank's output, then write the
-      // result into every peer's output while it is still in cache.
-      // Streaming stores there when the message is too large to stay in the
-      // caches anyway (no read of lines the peer's core holds).
-      if (onDevice && n == 2 && a.redop != flagcxAvg) {
-        // One kernel reads both inputs once and writes both outputs.
-        const size_t o = lo(me) * ts;
-        FLAGCX_CHECK(dev->reduce2Async(recv[me] + o, recv[1 - me] + o, send[me] + o, send[1 - me] + o,
-                                       hi(me) - lo(me), a.dtype, op));
-        break;
-      }
-      const bool stream = bytes >= kStreamMin;
-      const size_t pe = std::min(piece, std::max<size_t>(hi(me) - lo(me), 1));
-      for (size_t off = lo(me); off < hi(me); off += pe) {
-        const size_t c = std::min(pe, hi(me) - off), bo = off * ts;
-        FLAGCX_CHECK(reduceInto(recv[me] + bo, me, [&](int q) { return send[q] + bo; }, c));
-        for (int k = 1; k < n; k++) {
-          int q = (me + k) % n;
-          FLAGCX_CHECK(copy(recv[q] + bo, recv[me] + bo, c * ts, stream));
-        }
-      }
-      break;
-    }
-    case OpKind::Reduce: {
-      const size_t o = lo(me) * ts;
-      FLAGCX_CHECK(reduceInto(recv[a.root] + o, a.root, [&](int q) { return send[q] + o; }, hi(me) - lo(me)));
-      break;
-    }
-    case OpKind::ReduceScatter:
-      FLAGCX_CHECK(reduceInto(recv[me], me, [&](int q) { return send[q] + mine0; }, a.count));
-      break;
-    case OpKind::AllGather:
-      for (int k = 0; k < n; k++) {
-        int q = (me + k) % n;
-        FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>(q) * bytes, send[q], bytes));
-      }
-      break;
-    case OpKind::Gather: FLAGCX_CHECK(copy(recv[a.root] + mine0, send[me], bytes)); break;
-    case OpKind::Broadcast: FLAGCX_CHECK(copy(recv[me], send[a.root], bytes)); break;
-    case OpKind::Scatter: FLAGCX_CHECK(copy(recv[me], send[a.root] + mine0, bytes)); break;
-    case OpKind::AlltoAll:
-      if (a.send == a.recv && n > 1) {
-        // In place, block q of this rank's buffer is what peer q still reads
-        // until it is done: read every peer's block for this rank aside,
-        // meet (line B's `read`), then write them (two copies per byte).
-        const size_t aside = static_cast<size_t>(n - 1) * bytes;
-        char *tmp = onDevice ? s->dScratch.grow(aside) : growHeap(s->bufScratch, aside);
-        if (!tmp) return flagcxSystemError;
-        for (int k = 1; k < n; k++)
-          FLAGCX_CHECK(copy(tmp + static_cast<size_t>(k - 1) * bytes,
-                            send[(me + k) % n] + mine0, bytes));
-        if (onDevice) FLAGCX_CHECK(dev->flush());
-        sm->released(&ph->read);
-        ph->read.store(word, std::memory_order_release);
-        FLAGCX_CHECK(waitPhase(s, what, word, [](Phase *x) -> auto & { return x->read; }));
-        for (int k = 1; k < n; k++)
-          FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>((me + k) % n) * bytes,
-                            tmp + static_cast<size_t>(k - 1) * bytes, bytes));
-        break;
-      }
-      for (int k = 0; k < n; k++) {
-        int q = (me + k) % n;
-        FLAGCX_CHECK(copy(recv[me] + static_cast<size_t>(q) * bytes, send[q] + mine0, bytes));
-      }
-      break;
-    default: return flagcxInternalError;
-  }
-  if (onDevice) FLAGCX_CHECK(dev->flush());
+  FLAGCX_CHECK(directCopy(s, dc, word, what));
+  if (dc.onDevice) FLAGCX_CHECK(s->dev->flush());
   // 7. No peer touches this rank's buffers any more once every rank is done.
   sm->released(&ph->done);
   ph->done.store(word, std::memory_order_release);

@@ -162,24 +162,33 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   INFO(kShm, "rank %d: collectives up to %zu bytes per rank's share through one shared block "
        "(FLAGCX_SHM_SMALL_BYTES); from %zu bytes straight between the ranks' buffers where they "
        "are shareable (FLAGCX_SHM_DIRECT_BYTES, 0: never)", s->rank, sm->maxBytes, sm->directMin);
-  s->small = std::move(sm);
+  s->block = std::make_unique<BlockPath>(s, std::move(sm));
+  // Only paths that can take a call here are offered calls.
+  if (s->mode == ExecMode::Host) {
+    s->oneHost.push_back(s->block.get());
+    s->blockTakesCalls = true;
+  }
+  if (s->block->shm->directMin) {
+    s->shmDirect = std::make_unique<ShmDirectPath>(s);
+    s->oneHost.push_back(s->shmDirect.get());
+  }
   return flagcxSuccess;
 }
 
-size_t smallMaxBytes(const ExecState *s) { return s->small ? s->small->maxBytes : 0; }
-uint64_t smallCalls(const ExecState *s) { return s->small ? s->small->calls : 0; }
+size_t smallMaxBytes(const ExecState *s) { return s->block ? s->block->shm->maxBytes : 0; }
+uint64_t smallCalls(const ExecState *s) { return s->block ? s->block->shm->calls : 0; }
 
 bool blockCarries(const ExecState *s, const CollArgs &a) {
-  const SmallShm *sm = s->small.get();
+  const SmallShm *sm = s->block->shm.get();
   if (!(sm->ops >> static_cast<unsigned>(a.op) & 1u) || a.op == OpKind::Barrier) return false;
   if (a.count == 0 || dtypeSize(a.dtype) == 0) return false;
   if (opReduces(a.op) && (a.redop < flagcxSum || a.redop > flagcxAvg)) return false;
   return !opIsRooted(a.op) || (a.root >= 0 && a.root < s->nranks);
 }
 
-bool smallFits(const ExecState *s, const CollItem &ci) {
-  const SmallShm *sm = s->small.get();
-  if (!sm || s->mode != ExecMode::Host) return false;
+bool BlockPath::fits(const CollItem &ci) const {
+  const ExecState *s = s_;
+  const SmallShm *sm = shm.get();
   const CollArgs &a = ci.a;
   if (a.op == OpKind::Barrier) return sm->ops >> static_cast<unsigned>(a.op) & 1u;
   if (!blockCarries(s, a)) return false;
@@ -203,7 +212,7 @@ std::string rankSetText(uint32_t ranks) {
 }
 
 flagcxResult_t blockMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
-  s->smallNote = {mine, theirs};
+  s->block->note = {mine, theirs};
   if (theirs)
     WARN(kColl, "rank %d: mismatched calls: this rank called %s, rank %d called %s", s->rank,
          tagText(mine).c_str(), peer, tagText(theirs).c_str());
@@ -229,7 +238,7 @@ flagcxResult_t blockCheckPeers(ExecState *s, const char *what) {
       if (uint64_t t = c->inboundTag();
           isCollTag(t) && t != s->curTag && !laterCall(t, s->curTag))
         return blockMismatch(s, c->peer(), s->curTag, t);
-  if (s->small->poisoned()->load(std::memory_order_acquire)) {
+  if (s->block->shm->poisoned()->load(std::memory_order_acquire)) {
     WARN(kColl, "rank %d: %s: a rank of this communicator gave up on an earlier operation",
          s->rank, what);
     return flagcxRemoteError;
@@ -238,12 +247,12 @@ flagcxResult_t blockCheckPeers(ExecState *s, const char *what) {
 }
 
 void smallPoison(ExecState *s) {
-  if (s->small) s->small->poisoned()->store(1, std::memory_order_release);
+  if (s->block) s->block->shm->poisoned()->store(1, std::memory_order_release);
 }
 
-void smallPublishOrdinary(ExecState *s, const CollItem &ci) {
-  SmallShm *sm = s->small.get();
-  if (!sm) return;
+void BlockPath::passOver(const CollItem &ci) {
+  ExecState *s = s_;
+  SmallShm *sm = shm.get();
   Pub *a = sm->lineA(s->rank);
   // Seqlock order for readers: word, tag, word.
   a->word.store(0, std::memory_order_relaxed);
@@ -253,6 +262,7 @@ void smallPublishOrdinary(ExecState *s, const CollItem &ci) {
                std::memory_order_relaxed);
   sm->released(&a->word);
   a->word.store(ci.seq + 1, std::memory_order_release);
+  ringsUsed = true;
 }
 
 uint64_t blockShape(const CollArgs &a, bool direct) {
@@ -263,7 +273,7 @@ uint64_t blockShape(const CollArgs &a, bool direct) {
 
 namespace {
 flagcxResult_t shapeMismatch(ExecState *s, int peer, uint64_t mine, uint64_t theirs) {
-  s->smallNote = {s->curTag, s->curTag};
+  s->block->note = {s->curTag, s->curTag};
   auto say = [](uint64_t x) {
     char b[96];
     snprintf(b, sizeof b, "count %llu, reduction %d, %s path",
@@ -279,7 +289,7 @@ flagcxResult_t shapeMismatch(ExecState *s, int peer, uint64_t mine, uint64_t the
 
 flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
                          size_t give, const char *what, bool waitForPeers) {
-  SmallShm *sm = s->small.get();
+  SmallShm *sm = s->block->shm.get();
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
   const uint64_t word = ci.seq + 1, tag = s->curTag;
@@ -356,15 +366,16 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
   // Every peer has now finished its earlier calls, so whatever they sent on
   // the rings has landed: when this rank used the rings since its last look,
   // a message still waiting there means a peer called something else.
-  if (s->ringsUsed) {
+  if (s->block->ringsUsed) {
     FLAGCX_CHECK(blockCheckPeers(s, what));
-    s->ringsUsed = false;
+    s->block->ringsUsed = false;
   }
   return flagcxSuccess;
 }
 
-flagcxResult_t runSmall(ExecState *s, CollItem &ci) {
-  SmallShm *sm = s->small.get();
+flagcxResult_t BlockPath::run(CollItem &ci) {
+  ExecState *s = s_;
+  SmallShm *sm = shm.get();
   const CollArgs &a = ci.a;
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);

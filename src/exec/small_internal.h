@@ -116,7 +116,7 @@ static_assert(sizeof(Phase) <= kLine);
 
 // Whether a collective of this shape may go through the block at all (an
 // op it carries, not a barrier, a count, a known reduction, a valid root);
-// smallFits and shmDirectFits add their sizes.
+// BlockPath::fits and ShmDirectPath::fits add their sizes.
 bool blockCarries(const ExecState *s, const CollArgs &a);
 // Logs a mismatch with `peer` (theirs 0: it has gone past this call) and
 // returns flagcxInvalidUsage.

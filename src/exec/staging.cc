@@ -20,7 +20,7 @@ namespace flagcx {
 // Pipelined staging: is the host copy of [p, p+len) complete?  Bytes outside
 // the gated input always are.
 flagcxResult_t gateReady(ExecState *s, const char *p, size_t len, bool *ok) {
-  StageGate &g = s->gate;
+  StageGate &g = s->sched->staged.gate;
   *ok = true;
   if (!g.base || !len || p + len <= g.base || p >= g.base + g.bytes) return flagcxSuccess;
   size_t last = static_cast<size_t>(std::min(p + len, g.base + g.bytes) - g.base - 1) / g.slice;
@@ -90,7 +90,7 @@ void reserveStaged(Job *j) {
   }
   for (const P2PItem &it : j->p2p) p2p += it.bytes;
   in = std::max(in, p2p);
-  if ((in && !s->pStageIn.grow(in)) || (out && !s->pStageOut.grow(out)))
+  if ((in && !s->sched->staged.pinnedIn.grow(in)) || (out && !s->sched->staged.pinnedOut.grow(out)))
     INFO(kColl, "rank %d: no page-locked staging memory (%zu/%zu bytes); staging through the heap",
          s->rank, in, out);
 }
@@ -121,7 +121,7 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
   CollItem h = ci;
   char *hOut = nullptr, *hIn = nullptr;
   if (recv && outB) {
-    hOut = stage(s->bufStageOut, s->dStageOut, s->pStageOut, outB);
+    hOut = stage(s->sched->staged.heapOut, s->sched->direct.stageOut, s->sched->staged.pinnedOut, outB);
     if (!hOut) return flagcxSystemError;
     h.a.recv = hOut;
   }
@@ -131,14 +131,14 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
     FLAGCX_CHECK(dev->copy(hOut, recv, outB, nullptr));
     h.a.send = hOut + (send - recv);
   } else if (send && inB) {
-    hIn = stage(s->bufStageIn, s->dStageIn, s->pStageIn, inB);
+    hIn = stage(s->sched->staged.heapIn, s->sched->direct.stageIn, s->sched->staged.pinnedIn, inB);
     if (!hIn) return flagcxSystemError;
     h.a.send = hIn;
     if (recvInsideSend) h.a.recv = hIn + (recv - send);
     if (direct || recvInsideSend) {
       FLAGCX_CHECK(dev->copy(hIn, send, inB, nullptr));
     } else {
-      StageGate &g = s->gate;
+      StageGate &g = s->sched->staged.gate;
       g.slice = static_cast<size_t>(std::max<int64_t>(paramInt(Param::STAGE_SLICE_SIZE), 4096));
       g.marks.clear();
       g.ready = 0;
@@ -159,12 +159,12 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
   }
   // A non-root rank's output of reduce and gather is not the caller's to see.
   bool rootOnly = (ci.a.op == OpKind::Reduce || ci.a.op == OpKind::Gather) && s->rank != ci.a.root;
-  if (!direct && hOut && !recvInsideSend && !rootOnly) s->sink = {hOut, recv, outB, false};
+  if (!direct && hOut && !recvInsideSend && !rootOnly) s->sched->staged.sink = {hOut, recv, outB, false};
   flagcxResult_t r = runColl(s, h);
   ci.flight = h.flight;
-  bool sunk = s->sink.used;
-  s->gate = StageGate{};
-  s->sink = StageSink{};
+  bool sunk = s->sched->staged.sink.used;
+  s->sched->staged.gate = StageGate{};
+  s->sched->staged.sink = StageSink{};
   // Copies still in flight read or write the staging buffers: finish them.
   flagcxResult_t f = direct ? flagcxSuccess : dev->flush();
   FLAGCX_CHECK(r);
@@ -176,8 +176,8 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
 flagcxResult_t runP2PStaged(ExecState *s, std::vector<P2PItem> &items) {
   size_t total = 0;
   for (auto &it : items) total += it.bytes;
-  char *stage = s->pStageIn.ifFits(total);
-  if (!stage) stage = growHeap(s->bufStageIn, total);
+  char *stage = s->sched->staged.pinnedIn.ifFits(total);
+  if (!stage) stage = growHeap(s->sched->staged.heapIn, total);
   std::vector<P2PItem> h = items;
   size_t off = 0;
   for (auto &it : h) {

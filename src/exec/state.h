@@ -1,13 +1,17 @@
 // Inside the executor (not for other layers): the state one communicator's
-// executor owns, and the entry points of its parts, one file each:
-//   executor.cc  the issue order (tickets), the job pool, groups, runJob
-//   xfer.cc      posting and progressing the messages of a stage
-//   coll_run.cc  a collective: chunks bound to bytes, then stage by stage
-//   p2p_run.cc   a group of sends and receives
-//   staging.cc   device buffers through host memory (pipelined)
-//   direct.cc    device buffers read in place by same-host peers (CUDA IPC)
-//   small.cc     small collectives of one host through one shared block
-//   shm_direct.cc  large ones of one host straight between the ranks' buffers
+// executor owns, split by who uses it -- ExecState (what every path shares)
+// and one object per path (CollPath below), each owning its own state --
+// and the entry points of its parts, one file each:
+//   executor.cc  the issue order (tickets), the job pool, groups, runJob,
+//                and which path takes a call (runCollIn)
+//   small.cc     path: small collectives of one host through one shared block
+//   shm_direct.cc  path: large ones of one host straight between the ranks' buffers
+//   coll_run.cc  the schedule path: a collective's chunks bound to bytes,
+//                then stage by stage (plan the stage, run it)
+//   xfer.cc      ... posting and progressing the messages of a stage
+//   staging.cc   ... its buffers for device memory through host memory
+//   direct.cc    ... its buffers for device memory read in place (CUDA IPC)
+//   p2p_run.cc   a group of sends and receives, on the schedule path's machinery
 //
 // How bytes move is the executor's mode, fixed at init and the same on
 // every rank:
@@ -185,6 +189,121 @@ struct LocalWork {
   }
 };
 
+// The schedule path's buffer providers.  Host: working buffers on the
+// heap (host mode, and staged mode's host side).
+struct HostBuffers {
+  std::vector<char> scratch, landing, inPlace, inAlt, outAlt;
+};
+
+// Staged: device buffers copied through page-locked host memory (the heap
+// without it), the input pipelined slice by slice (gate), the output sent
+// back chunk by chunk (sink).
+struct StagedBuffers {
+  explicit StagedBuffers(DeviceAdapter *dev)
+      : pinnedIn(dev, GrowBuf::Mem::Pinned), pinnedOut(dev, GrowBuf::Mem::Pinned) {}
+  std::vector<char> heapIn, heapOut;
+  GrowBuf pinnedIn, pinnedOut;
+  StageGate gate;
+  StageSink sink;
+};
+
+// Direct: working buffers in device memory, and the peers' device memory
+// mapped by CUDA IPC (dx).
+struct DirectBuffers {
+  explicit DirectBuffers(DeviceAdapter *dev)
+      : scratch(dev, GrowBuf::Mem::Device), inPlace(dev, GrowBuf::Mem::Device),
+        inAlt(dev, GrowBuf::Mem::Device), outAlt(dev, GrowBuf::Mem::Device),
+        stageIn(dev, GrowBuf::Mem::Device), stageOut(dev, GrowBuf::Mem::Device) {}
+  GrowBuf scratch, inPlace, inAlt, outAlt, stageIn, stageOut;
+  DirectState dx;
+};
+
+// A way to run one collective.  The executor offers each call to its paths
+// in a fixed order (executor.cc: runCollIn); every rank decides the same
+// from the call's arguments, so every rank takes the same path.  Each path
+// owns the state only it uses.
+class CollPath {
+ public:
+  virtual ~CollPath() = default;
+  virtual bool fits(const CollItem &ci) const = 0;
+  virtual flagcxResult_t run(CollItem &ci) = 0;
+};
+
+// The schedule path: the compiled schedule's steps over the transports
+// (coll_run.cc, xfer.cc), its buffers provided by the mode -- the heap
+// (host), host copies of device buffers (staging.cc), or device memory read
+// in place by the peers (direct.cc).  It takes every call the one-host
+// paths leave, and runs the point-to-point groups (p2p_run.cc) on the same
+// machinery.  Its state: working buffers, the staging gate and sink,
+// direct mode's mappings (the providers below), the stage loop's scratch,
+// the copy thread.
+class SchedulePath final : public CollPath {
+ public:
+  explicit SchedulePath(ExecState *s);
+  ~SchedulePath() override;
+  bool fits(const CollItem &) const override { return true; }
+  flagcxResult_t run(CollItem &ci) override;
+
+  // Its buffer providers, one per way user buffers are reached (the mode);
+  // only one job runs at a time, so one set each.
+  HostBuffers host;
+  StagedBuffers staged;
+  DirectBuffers direct;
+  // Scratch of the stage loop, kept for their capacity.
+  std::vector<int> scratchCounts;
+  std::vector<char> scratchFlags;
+  std::vector<size_t> scratchDispls;
+  std::vector<int> scratchLastWrite;
+  std::vector<char> scratchFuseSkip;          // runColl's fuseCopies
+  std::vector<const char *> scratchFuseBase;
+  std::vector<Xfer> scratchXfers;
+  LocalWork scratchLocal;
+  std::vector<int> scratchPeers, stepPeers;
+  // The copy thread (FLAGCX_COPY_THREAD), null when off; its thread starts
+  // on first use.
+  std::unique_ptr<CopyWorker> copyThread;
+
+ private:
+  ExecState *const s_;
+};
+
+// The one-host block (small.cc): small collectives and barriers of a
+// one-host communicator in host mode, through one shared block.  Its
+// state: the block.  Made at setup only where the block is used.
+class BlockPath final : public CollPath {
+ public:
+  BlockPath(ExecState *s, std::unique_ptr<SmallShm, SmallShmDeleter> shm)
+      : shm(std::move(shm)), s_(s) {}
+  bool fits(const CollItem &ci) const override;
+  flagcxResult_t run(CollItem &ci) override;
+  // A call that goes over the rings: its tag is published in the block
+  // (a later small call checks the peers against it) and ringsUsed set.
+  void passOver(const CollItem &ci);
+
+  std::unique_ptr<SmallShm, SmallShmDeleter> shm;
+  Conn::Mismatch note;    // the calls named when a mismatch was found here
+  bool ringsUsed = true;  // a call went over the rings since the block last looked at them
+
+ private:
+  ExecState *const s_;
+};
+
+// One-host direct (shm_direct.cc): large collectives of a one-host
+// communicator straight between the ranks' buffers; the ranks meet in the
+// block's shared memory.  Made at setup only where it may take calls.
+class ShmDirectPath final : public CollPath {
+ public:
+  explicit ShmDirectPath(ExecState *s) : s_(s) {}
+  bool fits(const CollItem &ci) const override;
+  flagcxResult_t run(CollItem &ci) override;
+
+ private:
+  ExecState *const s_;
+};
+
+// What every path shares: the communicator's loan (env), the mode, the
+// issue order and job pool, errors and abort, the flight recorder, the
+// proven pids of same-host ranks, and the paths themselves.
 struct ExecState {
   explicit ExecState(const ExecEnv &e);
   ~ExecState();
@@ -222,33 +341,15 @@ struct ExecState {
   uint64_t collSeq = 0;  // collectives issued (the same sequence on every rank)
   uint64_t curTag = 0;   // tag of the operation running (for error frames)
 
-  // Working buffers (only one job runs at a time).  Host mode: the heap.
-  std::vector<char> bufScratch, bufLanding, bufInPlace, bufInAlt, bufOutAlt;
-  std::vector<char> bufStageIn, bufStageOut;  // staged mode without page-locked memory
-  // Direct mode: device memory; staged mode: page-locked host memory.
-  GrowBuf dScratch, dInPlace, dInAlt, dOutAlt, dStageIn, dStageOut;
-  GrowBuf pStageIn, pStageOut;
-  StageGate gate;
-  StageSink sink;
-  DirectState dx;
-  // Small allreduces and barriers of a one-host communicator (small.cc);
-  // null when they take the rings.
-  std::unique_ptr<SmallShm, SmallShmDeleter> small;
-  Conn::Mismatch smallNote;  // the calls named when small.cc found a mismatch
-  bool ringsUsed = true;     // a call went over the rings since small.cc last looked at them
-  // Scratch of the stage loop, kept for their capacity.
-  std::vector<int> scratchCounts;
-  std::vector<char> scratchFlags;
-  std::vector<size_t> scratchDispls;
-  std::vector<int> scratchLastWrite;
-  std::vector<char> scratchFuseSkip;          // runColl's fuseCopies
-  std::vector<const char *> scratchFuseBase;
-  std::vector<Xfer> scratchXfers;
-  LocalWork scratchLocal;
-  // The copy thread (FLAGCX_COPY_THREAD), null when off; its thread starts
-  // on first use.
-  std::unique_ptr<CopyWorker> copyThread;
-  std::vector<int> scratchPeers, stepPeers;
+  // The paths.  A call is offered to the one-host paths that may take
+  // calls on this communicator (set at setup: the block in host mode,
+  // direct where FLAGCX_SHM_DIRECT_BYTES allows), in order, then to the
+  // schedule path, which takes all.  block is null without a shared block.
+  std::unique_ptr<BlockPath> block;
+  std::unique_ptr<ShmDirectPath> shmDirect;
+  std::unique_ptr<SchedulePath> sched;
+  std::vector<CollPath *> oneHost;
+  bool blockTakesCalls = false;  // block is in oneHost
 };
 
 // coll_run.cc: the next piece of `w`.  With wait false, a piece whose
@@ -284,21 +385,16 @@ flagcxResult_t runP2PStaged(ExecState *s, std::vector<P2PItem> &items);
 void reserveStaged(Job *j);
 flagcxResult_t gateReady(ExecState *s, const char *p, size_t len, bool *ok);
 flagcxResult_t gateWait(ExecState *s, const char *p, size_t len);
-// small.cc: collective at init; then, per collective in Host mode, either
-// runSmall (when smallFits) or smallPublishOrdinary before the rings.
+// small.cc: collective at init; makes s->block (and s->shmDirect) where
+// the ranks use the block.
 flagcxResult_t setupSmall(ExecState *s, bool sameHostShm);
-bool smallFits(const ExecState *s, const CollItem &ci);
 size_t smallMaxBytes(const ExecState *s);  // 0 without a block
 uint64_t smallCalls(const ExecState *s);   // calls run through the block so far
-flagcxResult_t runSmall(ExecState *s, CollItem &ci);
-void smallPublishOrdinary(ExecState *s, const CollItem &ci);
 // After this rank's error frames went out: its peers' next small call fails.
 void smallPoison(ExecState *s);
 // shm_direct.cc: large collectives of a one-host communicator straight
 // between the ranks' buffers (falls back to runColl where they are not
 // shareable).
-bool shmDirectFits(const ExecState *s, const CollItem &ci);
-flagcxResult_t runShmDirect(ExecState *s, CollItem &ci);
 uint64_t shmDirectCalls(const ExecState *s);  // calls done that way so far
 // direct.cc
 flagcxResult_t setupDirect(ExecState *s, bool canDirect);

@@ -26,7 +26,7 @@ bool everyPeerConnected(const ExecState *s) {
 }
 
 flagcxResult_t connectFor(ExecState *s, const std::vector<int> &peers) {
-  std::vector<int> &want = s->scratchPeers;
+  std::vector<int> &want = s->sched->scratchPeers;
   want.clear();
   for (int p : peers)
     if (p != s->rank && !s->conn(p)) want.push_back(p);
@@ -76,7 +76,7 @@ flagcxResult_t finishWork(ExecState *s, LocalWork *work) {
 // FramedConn::waitFds), sleep in poll() until one is ready, so the cores go
 // to the helpers and the peer instead of to spinning.  False: no such sleep.
 bool sleepOnConns(ExecState *s, const std::vector<Xfer> &xs) {
-  if (s->gate.base) return false;  // device copies are polled, not waited on
+  if (s->sched->staged.gate.base) return false;  // device copies are polled, not waited on
   constexpr int kMax = 64;
   pollfd fds[kMax];
   Conn *asked[kMax];  // Conns repeat across slices: ask each once
@@ -94,6 +94,113 @@ bool sleepOnConns(ExecState *s, const std::vector<Xfer> &xs) {
   poll(fds, static_cast<nfds_t>(n), 10);
   return true;
 }
+
+// The outstanding-request counter of x's Conn and direction.
+size_t dirIndex(const ExecState *s, const Xfer &x) {
+  return static_cast<size_t>(2 * (x.peer * s->nchannels + x.ch) + (x.isSend ? 1 : 0));
+}
+
+// Post what fits, in order per Conn and direction.
+flagcxResult_t postXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                         flagcxRedOp_t op, const char *what, bool *progressed) {
+  constexpr int kLimit = Conn::kMaxPosted / 2 - 8;  // per direction
+  std::vector<int> &outstanding = s->sched->scratchCounts;
+  std::vector<char> &blocked = s->sched->scratchFlags;
+  blocked.assign(outstanding.size(), 0);
+  const size_t ts = dtypeSize(dt);
+  for (auto &x : xs) {
+    if (x.posted) continue;
+    size_t ci = dirIndex(s, x);
+    if (blocked[ci] || outstanding[ci] >= kLimit) {
+      blocked[ci] = 1;
+      continue;
+    }
+    if (x.isSend && s->sched->staged.gate.base) {  // its bytes may still be on their way from the device
+      bool ready = false;
+      FLAGCX_CHECK(gateReady(s, x.buf, x.bytes, &ready));
+      if (!ready) {
+        blocked[ci] = 1;
+        continue;
+      }
+    }
+    flagcxResult_t r;
+    if (x.isSend) {
+      r = x.conn->isend(x.buf, x.bytes, x.tag, &x.req);
+    } else if (x.reduceDst && x.bytes && x.conn->foldsOnReceive(x.bytes)) {
+      RecvFold f;
+      f.dst = x.reduceDst;
+      f.base = x.reduceBase;
+      f.elem = ts;
+      f.dt = dt;
+      f.op = op;
+      r = x.conn->irecvFold(x.buf, x.bytes, x.tag, f, &x.req);
+      x.folded = true;
+    } else {
+      r = x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
+    }
+    if (r != flagcxSuccess) {
+      std::string cause = lastErrorText();  // the transport's own line, if any
+      WARN(kColl, "rank %d: %s: posting a %s of %zu bytes %s rank %d failed: %s", s->rank,
+           what, x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
+           cause.c_str());
+      return r;
+    }
+    x.posted = true;
+    outstanding[ci]++;
+    *progressed = true;
+  }
+  return flagcxSuccess;
+}
+
+// Complete what is done; a received message to be reduced is reduced now
+// (host memory only here: device buffers are staged or go direct) unless
+// its Conn folded it on arrival.
+flagcxResult_t testXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
+                         flagcxRedOp_t op, const char *what, size_t *remaining,
+                         bool *progressed) {
+  const size_t ts = dtypeSize(dt);
+  for (auto &x : xs) {
+    if (!x.posted || x.done) continue;
+    bool done = false;
+    size_t got = 0;
+    flagcxResult_t r = x.conn->test(x.req, &done, &got);
+    if (r != flagcxSuccess) {
+      std::string cause = lastErrorText();  // the transport's own line
+      WARN(kColl, "rank %d: %s: %s of %zu bytes %s rank %d (%s) failed: %s", s->rank, what,
+           x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
+           s->env.bs->peers()[static_cast<size_t>(x.peer)].host, cause.c_str());
+      return r;
+    }
+    if (!done) continue;
+    if (!x.isSend && got != x.bytes) {
+      WARN(kColl, "rank %d: %s: received %zu bytes from rank %d, expected %zu (mismatched "
+           "calls?)", s->rank, what, got, x.peer, x.bytes);
+      return flagcxInvalidUsage;
+    }
+    if (x.reduceDst && x.bytes && !x.folded)
+      FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceBase ? x.reduceBase : x.reduceDst, x.buf,
+                              x.bytes / ts, dt, op));
+    x.done = true;
+    (*remaining)--;
+    *progressed = true;
+    s->sched->scratchCounts[dirIndex(s, x)]--;
+  }
+  return flagcxSuccess;
+}
+
+// Nothing moved for FLAGCX_TIMEOUT: say what this rank still waits for.
+flagcxResult_t stalled(ExecState *s, const std::vector<Xfer> &xs, const char *what) {
+  std::string pending;
+  for (auto &x : xs)
+    if (!x.done && pending.size() < 200)
+      pending += std::string(pending.empty() ? "" : ", ") +
+                 (x.isSend ? "rank " + std::to_string(x.peer) + " to take a message"
+                           : "a message from rank " + std::to_string(x.peer));
+  WARN(kColl, "rank %d: %s: nothing moved for FLAGCX_TIMEOUT=%llds; waiting for %s "
+       "(a peer in another call, or none, looks like this)",
+       s->rank, what, static_cast<long long>(paramInt(Param::TIMEOUT)), pending.c_str());
+  return flagcxRemoteError;
+}
 }  // namespace
 
 flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt,
@@ -108,91 +215,19 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
     }
   } join;
   if (work && work->pending() && copyThreadFits(s, *work)) {
-    s->copyThread->start(work->items.data() + work->next, work->items.size() - work->next);
+    s->sched->copyThread->start(work->items.data() + work->next, work->items.size() - work->next);
     work->next = work->items.size();
-    join.w = s->copyThread.get();
+    join.w = s->sched->copyThread.get();
   }
-  size_t ts = dtypeSize(dt);
   size_t remaining = xs.size();
   Backoff wait;
-  std::vector<int> &outstanding = s->scratchCounts;
-  outstanding.assign(static_cast<size_t>(2 * s->nranks * s->nchannels), 0);
-  std::vector<char> &blocked = s->scratchFlags;
-  constexpr int kLimit = Conn::kMaxPosted / 2 - 8;  // per direction
+  s->sched->scratchCounts.assign(static_cast<size_t>(2 * s->nranks * s->nchannels), 0);
   unsigned idleRounds = 0;
   while (remaining > 0) {
     if (s->aborting) return flagcxRemoteError;
     bool progressed = false;
-    // Post what fits, in order per Conn.
-    blocked.assign(outstanding.size(), 0);
-    for (auto &x : xs) {
-      if (x.posted) continue;
-      size_t ci = static_cast<size_t>(2 * (x.peer * s->nchannels + x.ch) + (x.isSend ? 1 : 0));
-      if (blocked[ci] || outstanding[ci] >= kLimit) {
-        blocked[ci] = 1;
-        continue;
-      }
-      if (x.isSend && s->gate.base) {  // its bytes may still be on their way from the device
-        bool ready = false;
-        FLAGCX_CHECK(gateReady(s, x.buf, x.bytes, &ready));
-        if (!ready) {
-          blocked[ci] = 1;
-          continue;
-        }
-      }
-      flagcxResult_t r;
-      if (x.isSend) {
-        r = x.conn->isend(x.buf, x.bytes, x.tag, &x.req);
-      } else if (x.reduceDst && x.bytes && x.conn->foldsOnReceive(x.bytes)) {
-        RecvFold f;
-        f.dst = x.reduceDst;
-        f.base = x.reduceBase;
-        f.elem = ts;
-        f.dt = dt;
-        f.op = op;
-        r = x.conn->irecvFold(x.buf, x.bytes, x.tag, f, &x.req);
-        x.folded = true;
-      } else {
-        r = x.conn->irecv(x.buf, x.bytes, x.tag, &x.req);
-      }
-      if (r != flagcxSuccess) {
-        std::string cause = lastErrorText();  // the transport's own line, if any
-        WARN(kColl, "rank %d: %s: posting a %s of %zu bytes %s rank %d failed: %s", s->rank,
-             what, x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
-             cause.c_str());
-        return r;
-      }
-      x.posted = true;
-      outstanding[ci]++;
-      progressed = true;
-    }
-    for (auto &x : xs) {
-      if (!x.posted || x.done) continue;
-      bool done = false;
-      size_t got = 0;
-      flagcxResult_t r = x.conn->test(x.req, &done, &got);
-      if (r != flagcxSuccess) {
-        std::string cause = lastErrorText();  // the transport's own line
-        WARN(kColl, "rank %d: %s: %s of %zu bytes %s rank %d (%s) failed: %s", s->rank, what,
-             x.isSend ? "send" : "receive", x.bytes, x.isSend ? "to" : "from", x.peer,
-             s->env.bs->peers()[static_cast<size_t>(x.peer)].host, cause.c_str());
-        return r;
-      }
-      if (!done) continue;
-      if (!x.isSend && got != x.bytes) {
-        WARN(kColl, "rank %d: %s: received %zu bytes from rank %d, expected %zu (mismatched "
-             "calls?)", s->rank, what, got, x.peer, x.bytes);
-        return flagcxInvalidUsage;
-      }
-      // Host memory only here (device buffers are staged or go direct).
-      if (x.reduceDst && x.bytes && !x.folded)
-        FLAGCX_CHECK(hostReduce(x.reduceDst, x.reduceBase ? x.reduceBase : x.reduceDst, x.buf,
-                                x.bytes / ts, dt, op));
-      x.done = true;
-      remaining--;
-      progressed = true;
-      outstanding[static_cast<size_t>(2 * (x.peer * s->nchannels + x.ch) + (x.isSend ? 1 : 0))]--;
-    }
+    FLAGCX_CHECK(postXfers(s, xs, dt, op, what, &progressed));
+    FLAGCX_CHECK(testXfers(s, xs, dt, op, what, &remaining, &progressed));
     // A piece of the stage's local work per round while messages move.
     if (work && work->pending()) {
       bool did = false;
@@ -208,18 +243,7 @@ flagcxResult_t runXfers(ExecState *s, std::vector<Xfer> &xs, flagcxDataType_t dt
     // Now and then, look at every peer: one that gave up (an error frame)
     // fails this operation at once, even when this stage waits on others.
     if (++idleRounds % 256 == 0) FLAGCX_CHECK(sweepPeers(s, what));
-    if (wait.expired()) {
-      std::string pending;
-      for (auto &x : xs)
-        if (!x.done && pending.size() < 200)
-          pending += std::string(pending.empty() ? "" : ", ") +
-                     (x.isSend ? "rank " + std::to_string(x.peer) + " to take a message"
-                               : "a message from rank " + std::to_string(x.peer));
-      WARN(kColl, "rank %d: %s: nothing moved for FLAGCX_TIMEOUT=%llds; waiting for %s "
-           "(a peer in another call, or none, looks like this)",
-           s->rank, what, static_cast<long long>(paramInt(Param::TIMEOUT)), pending.c_str());
-      return flagcxRemoteError;
-    }
+    if (wait.expired()) return stalled(s, xs, what);
     if (wait.spinning() || !sleepOnConns(s, xs)) wait.idle();
   }
   return finishWork(s, work);

@@ -14,57 +14,14 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "net/common/framed_conn.h"
+#include "tests/common/mem_pipe.h"
 
 using namespace flagcx;
 
 namespace {
 
-// One direction of bytes.
-struct Bytes {
-  std::deque<uint8_t> q;
-  bool closed = false;
-};
-
-// A pipe that moves at most a random number of bytes per call.
-class MemPipe : public Pipe {
- public:
-  MemPipe(std::shared_ptr<Bytes> out, std::shared_ptr<Bytes> in, unsigned seed, size_t cap)
-      : out_(std::move(out)), in_(std::move(in)), rng_(seed), cap_(cap) {}
-  ~MemPipe() override { out_->closed = true; }
-  bool cut() override {
-    out_->closed = true;
-    return true;
-  }
-  flagcxResult_t write(const iovec *iov, int n, size_t *moved, bool *closed) override {
-    *closed = false;
-    size_t budget = rng_() % cap_;
-    size_t total = 0;
-    for (int i = 0; i < n && budget > 0; i++) {
-      size_t k = std::min(budget, iov[i].iov_len);
-      const uint8_t *p = static_cast<const uint8_t *>(iov[i].iov_base);
-      out_->q.insert(out_->q.end(), p, p + k);
-      total += k;
-      budget -= k;
-      if (k < iov[i].iov_len) break;
-    }
-    *moved = total;
-    return flagcxSuccess;
-  }
-  flagcxResult_t read(void *dst, size_t n, size_t *moved, bool *closed) override {
-    size_t k = std::min({n, in_->q.size(), static_cast<size_t>(rng_() % cap_)});
-    std::copy(in_->q.begin(), in_->q.begin() + static_cast<long>(k), static_cast<uint8_t *>(dst));
-    in_->q.erase(in_->q.begin(), in_->q.begin() + static_cast<long>(k));
-    *moved = k;
-    *closed = k == 0 && in_->q.empty() && in_->closed;
-    return flagcxSuccess;
-  }
-  const char *closeCause() const override { return in_->closed ? "the test pipe was reset" : nullptr; }
-
- private:
-  std::shared_ptr<Bytes> out_, in_;
-  std::mt19937 rng_;
-  size_t cap_;
-};
+using harness::Bytes;
+using harness::MemPipe;
 
 struct Pair {
   std::unique_ptr<FramedConn> a, b;
@@ -78,8 +35,8 @@ Pair makePair(int lanes, size_t cap = 70000) {
     auto x = std::make_shared<Bytes>(), y = std::make_shared<Bytes>();
     p.ab.push_back(x);
     p.ba.push_back(y);
-    pa.push_back(std::make_unique<MemPipe>(x, y, 1 + l, cap));
-    pb.push_back(std::make_unique<MemPipe>(y, x, 100 + l, cap));
+    pa.push_back(std::make_unique<MemPipe>(x, y, cap, 1 + l));
+    pb.push_back(std::make_unique<MemPipe>(y, x, cap, 100 + l));
   }
   p.a = std::make_unique<FramedConn>("mem", PeerDesc{0, 1, 0, "a"}, std::move(pa));
   p.b = std::make_unique<FramedConn>("mem", PeerDesc{1, 0, 0, "b"}, std::move(pb));
