@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# That tools/check-layout.sh can fail: on a scratch copy of the tree it must
+# reject an include of a layer it may not use, an include of another layer's
+# insides, and a 130-line function, each with its own line.  Exits 0 when
+# all three are caught (the `layout-fails` test of the quick suite).
+set -uo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for d in src net adapters plugins tools include algos examples config; do
+  [ -d "$src/$d" ] && cp -r "$src/$d" "$tmp/$d"
+done
+rm -rf "$tmp/plugins/torch/build"
+echo '#include "exec/exec.h"' >> "$tmp/src/api/misc.cc"            # api may not use exec
+echo '#include "net/common/framed_conn.h"' >> "$tmp/src/core/comm.cc"  # not net's door
+{
+  echo 'int plantedLongFunction(int x) {'
+  for i in $(seq 1 128); do echo "  x += $i;"; done
+  echo '  return x;'
+  echo '}'
+} > "$tmp/net/planted_long.cc"
+out=$(bash "$tmp/tools/check-layout.sh" "$tmp" 2>&1)
+rc=$?
+fail=0
+expect() {
+  if ! grep -q -- "$1" <<<"$out"; then echo "not caught: $2"; fail=1; fi
+}
+expect 'layering: src/api/misc.cc:.*api may not use exec' 'an include of a layer not listed in uses'
+expect 'door: src/core/comm.cc:.*net/common/framed_conn.h' "an include of another layer's insides"
+expect 'function: net/planted_long.cc:1: plantedLongFunction is 131 lines' 'a function over 120 lines'
+if [ $rc = 0 ]; then echo "check-layout.sh passed a tree with planted violations"; fail=1; fi
+[ $fail = 0 ] && echo "check-layout catches all three planted violations"
+[ $fail = 0 ] || echo "$out"
+exit $fail
