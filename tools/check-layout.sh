@@ -4,6 +4,8 @@
 #   - layers: tools/layers.txt names every layer, its folders, its one door
 #     and the layers it may use; outside a layer only its door may be
 #     included, and only by a layer that lists it (tools/check_layers.py);
+#     the picture and table of docs/ARCHITECTURE.md agree with the table
+#     (tools/layers_doc.py --check);
 #   - functions: none in src/, net/, adapters/ or plugins/ longer than 120
 #     lines (tools/function-length-allow.txt names those still being split);
 #   - files: no source file outside tests/ longer than 600 lines.
@@ -14,6 +16,7 @@ root=${1:-"$(dirname "$0")/.."}
 cd "$root" || exit 2
 bad=0
 python3 "$(dirname "$0")/check_layers.py" . || bad=1
+python3 "$(dirname "$0")/layers_doc.py" --check . || bad=1
 while read -r n f; do
   [ "$f" = total ] && continue
   if [ "$n" -gt 600 ]; then echo "size: $f has $n lines (at most 600 outside tests/)"; bad=1; fi

@@ -35,15 +35,15 @@ def read_table(root):
     layers = []
     with open(os.path.join(root, 'tools', 'layers.txt')) as f:
         for line in f:
-            line = line.split('#', 1)[0].split()
-            if not line:
+            if line.startswith('#') or not line.strip():
                 continue
-            name, folders, door, uses = line
+            name, folders, door, uses, what = line.split(None, 4)
             layers.append({
                 'name': name,
                 'folders': folders.split(','),
                 'doors': [] if door == '-' else door.split(','),
                 'uses': set() if uses == '-' else set(uses.split(',')),
+                'what': what.strip(),
             })
     return layers
 
