@@ -38,7 +38,7 @@
 #include <mutex>
 
 #include "base/log.h"
-#include "net/common/proc_alive.h"
+#include "base/base.h"
 #include "net/ibverbs/rdma_device.h"
 #include "net/ibverbs/soft_mr.h"
 #include "rendezvous/socket.h"

@@ -46,9 +46,8 @@
 #include "base/params.h"
 #include "net/common/framed_conn.h"
 #include "base/proc_ns.h"
-#include "net/common/proc_alive.h"
+#include "base/base.h"
 #include "net/net.h"
-#include "net/shm/segment.h"
 
 namespace flagcx {
 

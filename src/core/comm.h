@@ -72,4 +72,18 @@ flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t s
 flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
                        flagcxStream_t stream);
 
+// Thread-wide group brackets (flagcxGroupStart/End): the outermost start opens
+// the vendor library's group (when one is loaded) and then the executor's; the
+// outermost end closes the vendor's first, then launches the executor's jobs
+// of every communicator used inside the group together.
+flagcxResult_t commGroupStart();
+flagcxResult_t commGroupEnd();
+int commGroupDepth();  // brackets open on this thread
+
+// Wait for the operations in flight on `comm`: until FLAGCX_TIMEOUT, or 2 s
+// after an abort; false when some still run.
+bool commDrain(flagcxComm *comm);
+flagcxResult_t commAsyncError(flagcxComm *comm);  // the first failure of an operation
+std::string commAsyncErrorText(flagcxComm *comm);  // its log line ("" when none)
+
 }  // namespace flagcx

@@ -12,7 +12,7 @@
 #include "base/params.h"
 #include "core/comm.h"
 #include "core/onesided.h"
-#include "net/common/proc_alive.h"
+#include "base/base.h"
 #include "net/rma.h"
 
 namespace flagcx {

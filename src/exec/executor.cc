@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "adapters/ccl/ccl.h"
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -233,14 +232,12 @@ Job *groupJob(ExecState *s, flagcxStream_t stream) {
 int groupDepth() { return t_group.depth; }
 
 flagcxResult_t groupStart() {
-  if (t_group.depth == 0) vendorGroupStart();
   t_group.depth++;
   return flagcxSuccess;
 }
 
 flagcxResult_t groupEnd() {
   if (--t_group.depth > 0) return flagcxSuccess;
-  vendorGroupEnd();
   flagcxResult_t res = flagcxSuccess;
   // One adapter per process: its batch lets every job of the group start
   // before any is waited for or run inline (ranks of this process in one

@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "adapters/device/host/host_memory.h"
 #include "base/backoff.h"
+#include "base/base.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "exec/state.h"
-#include "net/shm/segment.h"
 
 namespace flagcx {
 

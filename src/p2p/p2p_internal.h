@@ -29,7 +29,7 @@
 
 #include "adapters/device/adapter.h"
 #include "flagcx_p2p.h"
-#include "net/ibverbs/rdma_device.h"
+#include "net/net.h"
 #include "p2p/p2p_wire.h"
 #include "rendezvous/socket.h"
 
