@@ -100,7 +100,6 @@ def read_allow(root, name):
 
 def check_includes(root, layers):
     bad = []
-    allow = read_allow(root, 'include-allow.txt')
     doors = {l['name']: door_paths(root, l) for l in layers}
     for layer in layers:
         for folder in layer['folders']:
@@ -120,8 +119,6 @@ def check_includes(root, layers):
                         continue
                     other = layer_of(target, layers)
                     if other is None or other is layer or other['name'] == 'public':
-                        continue
-                    if (path, m.group(1)) in allow:
                         continue
                     if other['name'] not in layer['uses']:
                         bad.append('layering: %s:%d: %s may not use %s (includes "%s")' %

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "base/log.h"
-#include "rendezvous/bootstrap.h"
+#include "base/base.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 namespace {

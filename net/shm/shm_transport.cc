@@ -39,14 +39,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "rendezvous/bootstrap.h"
-#include "base/copy.h"
-#include "base/log.h"
-#include "base/shared_mem.h"
-#include "base/params.h"
-#include "net/common/framed_conn.h"
-#include "base/proc_ns.h"
+#include "rendezvous/rendezvous.h"
 #include "base/base.h"
+#include "net/common/framed_conn.h"
 #include "net/net.h"
 
 namespace flagcx {

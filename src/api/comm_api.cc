@@ -2,9 +2,9 @@
 #include <cstring>
 
 #include "api/checks.h"
-#include "core/comm.h"
-#include "base/params.h"
-#include "rendezvous/uniqueid.h"
+#include "core/core.h"
+#include "base/base.h"
+#include "rendezvous/rendezvous.h"
 
 using namespace flagcx;
 

@@ -1,6 +1,6 @@
 // Point-to-point and group entry points.
 #include "api/checks.h"
-#include "core/comm.h"
+#include "core/core.h"
 
 using namespace flagcx;
 

@@ -9,11 +9,9 @@
 #include <set>
 #include <thread>
 
-#include "base/log.h"
-#include "base/params.h"
-#include "base/proc_ns.h"
-#include "adapters/ccl/ccl.h"
-#include "sched/algo_set.h"
+#include "base/base.h"
+#include "adapters/adapters.h"
+#include "sched/sched.h"
 
 namespace flagcx {
 

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/ops.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "core/onesided.h"
-#include "exec/executor.h"
+#include "exec/exec.h"
 #include "flagcx.h"
 #include "net/net.h"
-#include "rendezvous/bootstrap.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 class AlgoSet;

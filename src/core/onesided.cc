@@ -7,9 +7,8 @@
 #include <thread>
 
 #include "base/base.h"
-#include "base/log.h"
 #include "core/comm.h"
-#include "net/rma.h"
+#include "net/net.h"
 
 namespace flagcx {
 

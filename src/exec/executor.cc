@@ -4,13 +4,11 @@
 
 #include <algorithm>
 
-#include "base/backoff.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "exec/copy_worker.h"
 #include "exec/state.h"
-#include "rendezvous/bootstrap.h"
-#include "net/tags.h"
+#include "rendezvous/rendezvous.h"
+#include "net/net.h"
 
 namespace flagcx {
 

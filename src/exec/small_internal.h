@@ -10,11 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/backoff.h"
+#include "adapters/adapters.h"
 #include "base/base.h"
-#include "base/log.h"
-#include "base/params.h"
 #include "exec/state.h"
 
 namespace flagcx {

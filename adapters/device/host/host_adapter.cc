@@ -21,8 +21,6 @@
 
 #include "adapters/device/adapter.h"
 #include "adapters/device/handle_checks.h"
-#include "base/log.h"
-#include "base/params.h"
 #include "base/base.h"
 #include "host_stream.h"
 
