@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "flagcx.h"
+#include "net/ibverbs/rdma_device.h"
+#include "net/tags.h"
 
 namespace flagcx {
 
@@ -168,5 +170,18 @@ std::unique_ptr<Transport> makeSocketTransport();
 // Bytes this process's socket helper threads reduced as they received them
 // (Conn::irecvFold; tests).
 uint64_t socketFoldedBytes();
+// Collective over the bootstrap (every rank calls it once, in commInit):
+// decides which peers this rank reaches over verbs (net/ibverbs).  `netPeers`
+// are the peers that would otherwise use sockets; with
+// FLAGCX_IB_SOFTWARE_DEVICE=2, `shmPeers` join them.  A pair uses verbs when
+// both ends have a usable device and FLAGCX_NET allows it; those peers move
+// to *ibPeers and *ib is the transport for them (null when there are none).
+// FLAGCX_NET=IB makes a missing device an error.  Logs the choice and the
+// reason at INFO.
+flagcxResult_t ibSplitPeers(Bootstrap &bs, std::vector<int> *shmPeers, std::vector<int> *netPeers,
+                            std::vector<int> *ibPeers, std::unique_ptr<Transport> *ib);
 
 }  // namespace flagcx
+
+// The one-sided engine (rma.h) is part of this door.
+#include "net/rma.h"

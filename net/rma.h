@@ -18,6 +18,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -90,5 +91,19 @@ class RmaEngine {
   virtual bool peerGone(int peer) const = 0;
   virtual bool serves(int peer) const = 0;
 };
+
+// How device memory is named for the NIC: a dma-buf fd covering [p, p+len)
+// with p's offset in it; -1 for device memory without one (then the NIC
+// registers it as peer memory); -2 for host memory (IbRma::dmabuf).
+using RmaDmabuf = std::function<int(const void *p, size_t len, uint64_t *offset)>;
+
+// The engine of a communicator: RmaEngine::create over `conns`, with native
+// RDMA (RDMA WRITE / READ / FETCH_ADD) to `ibPeers` when `ib` is the verbs
+// transport ibSplitPeers made; without one, or with no such peers, all goes
+// through the Conns.  Collective among `ibPeers` (each lists this rank).
+flagcxResult_t makeRmaEngine(int rank, int nranks, std::vector<std::unique_ptr<Conn>> conns,
+                             std::atomic<uint64_t> *signals, size_t signalStride, Transport *ib,
+                             Bootstrap &bs, const std::vector<int> &ibPeers, RmaDmabuf dmabuf,
+                             std::unique_ptr<RmaEngine> *out);
 
 }  // namespace flagcx

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "base/dtype.h"
+#include "base/base.h"
 
 namespace flagcx {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/ops.h"
+#include "base/base.h"
 #include "flagcx.h"
 
 namespace flagcx {

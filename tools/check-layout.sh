@@ -1,37 +1,28 @@
 #!/usr/bin/env bash
-# The layering rules of docs/ARCHITECTURE.md, checked on the source tree:
-#   src/base        includes nothing of ours (only include/)
-#   src/rendezvous  base only
-#   net/, adapters/ base and rendezvous only
-#   src/sched       base only
-# and no source file outside tests/ is longer than 600 lines.
-# Prints every violation; exits 1 when there is one.
+# The layout rules, checked on the source tree (the `layout` test of the
+# quick suite; tools/check.sh runs it too):
+#   - layers: tools/layers.txt names every layer, its folders, its one door
+#     and the layers it may use; outside a layer only its door may be
+#     included, and only by a layer that lists it (tools/check_layers.py);
+#     the picture and table of docs/ARCHITECTURE.md agree with the table
+#     (tools/layers_doc.py --check);
+#   - functions: none in src/, net/, adapters/ or plugins/ longer than 120
+#     lines;
+#   - files: no source file outside tests/ longer than 600 lines.
+# Usage: check-layout.sh [ROOT] (default: this checkout).  Prints every
+# violation; exits 1 when there is one.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+root=${1:-"$(dirname "$0")/.."}
+cd "$root" || exit 2
 bad=0
-# allowed_src <folder> <include prefixes it may use>; paths are relative to
-# src/ or to the root (both are include directories).
-allowed_src() {
-  local dir=$1; shift
-  local f inc ok p
-  while IFS=: read -r f inc; do
-    inc=${inc#\"}; inc=${inc%\"}
-    case $inc in */*) ;; *) continue ;; esac
-    ok=0
-    for p in "$@"; do [[ $inc == "$p"/* ]] && ok=1; done
-    if [ $ok = 0 ]; then echo "layering: $f includes \"$inc\""; bad=1; fi
-  done < <(grep -rHo '#include "[^"]*"' "$dir" --include='*.h' --include='*.cc' --include='*.cu' |
-           sed 's/:#include /:/')
-}
-allowed_src src/base base
-allowed_src src/rendezvous base rendezvous
-allowed_src src/sched base sched
-allowed_src net base rendezvous net
-allowed_src adapters base rendezvous adapters
+python3 "$(dirname "$0")/check_layers.py" . || bad=1
+python3 "$(dirname "$0")/layers_doc.py" --check . || bad=1
 while read -r n f; do
   [ "$f" = total ] && continue
   if [ "$n" -gt 600 ]; then echo "size: $f has $n lines (at most 600 outside tests/)"; bad=1; fi
-done < <(git ls-files '*.cc' '*.h' '*.cu' '*.c' '*.lua' '*.py' '*.sh' | grep -v '^tests/' |
-         xargs wc -l | sort -n)
+done < <(find src net adapters plugins tools include algos examples config \
+           -name build -prune -o -type f \
+           \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.c' -o -name '*.lua' \
+              -o -name '*.py' -o -name '*.sh' \) -print0 2>/dev/null | xargs -0 wc -l | sort -n)
 [ $bad = 0 ] && echo "layout: OK"
 exit $bad

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "base/ops.h"
+#include "base/base.h"
 #include "flagcx.h"
 
 namespace flagcx {

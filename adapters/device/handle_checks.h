@@ -2,7 +2,7 @@
 // device: every adapter's entry points call these, so that a bad argument
 // draws the same result and the same log line whichever device runs.
 #pragma once
-#include "base/log.h"
+#include "base/base.h"
 #include "flagcx.h"
 
 namespace flagcx {

@@ -6,8 +6,7 @@
 #include <string>
 
 #include "adapters/device/adapter.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "flagcx_config.h"
 
 namespace flagcx {

@@ -4,8 +4,7 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "net/tags.h"
 
 namespace flagcx {

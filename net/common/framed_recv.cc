@@ -5,7 +5,7 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "net/common/framed_conn.h"
 #include "net/tags.h"
 

@@ -4,7 +4,7 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "net/common/rma_engine_impl.h"
 
 namespace flagcx::rma_detail {

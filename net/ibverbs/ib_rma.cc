@@ -1,12 +1,13 @@
 // Native one-sided operations over verbs (ib_rma.h).
 #include "net/ibverbs/ib_rma.h"
+#include "net/ibverbs/ib_transport.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 
-#include "base/log.h"
-#include "rendezvous/bootstrap.h"
+#include "base/base.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 namespace {
@@ -176,6 +177,21 @@ int IbRma::poll(int peer, Done *out, int max) {
   }
   if (n == 0 && qp.state() == rdma::QpState::Error) return -1;
   return n;
+}
+
+flagcxResult_t makeRmaEngine(int rank, int nranks, std::vector<std::unique_ptr<Conn>> conns,
+                             std::atomic<uint64_t> *signals, size_t signalStride, Transport *ib,
+                             Bootstrap &bs, const std::vector<int> &ibPeers, RmaDmabuf dmabuf,
+                             std::unique_ptr<RmaEngine> *out) {
+  std::unique_ptr<IbRma> native;
+  std::shared_ptr<rdma::Device> dev = ib ? ibTransportDevice(ib) : nullptr;
+  if (dev && !ibPeers.empty()) {
+    FLAGCX_CHECK(IbRma::create(dev, bs, ibPeers, &native));
+    if (native && dmabuf) native->dmabuf = std::move(dmabuf);
+  }
+  *out = RmaEngine::create(rank, nranks, std::move(conns), signals, signalStride,
+                           std::move(native));
+  return flagcxSuccess;
 }
 
 }  // namespace flagcx

@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cinttypes>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "net/ibverbs/ib_transport.h"
-#include "rendezvous/bootstrap.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

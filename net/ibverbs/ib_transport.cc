@@ -37,11 +37,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "net/common/framed_conn.h"
 #include "net/ibverbs/reg_cache.h"
-#include "rendezvous/bootstrap.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "base/log.h"
+#include "base/base.h"
 
 namespace flagcx::rdma {
 

@@ -37,11 +37,10 @@
 #include <map>
 #include <mutex>
 
-#include "base/log.h"
-#include "net/common/proc_alive.h"
+#include "base/base.h"
 #include "net/ibverbs/rdma_device.h"
 #include "net/ibverbs/soft_mr.h"
-#include "rendezvous/socket.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx::rdma {
 

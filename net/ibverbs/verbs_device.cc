@@ -18,11 +18,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "net/ibverbs/hca_list.h"
 #include "net/ibverbs/rdma_device.h"
-#include "rendezvous/socket.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx::rdma {
 

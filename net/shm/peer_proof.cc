@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "net/net.h"
-#include "rendezvous/bootstrap.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

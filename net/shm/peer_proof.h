@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "flagcx.h"
-#include "rendezvous/socket.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

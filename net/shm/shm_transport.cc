@@ -39,16 +39,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "rendezvous/bootstrap.h"
-#include "base/copy.h"
-#include "base/log.h"
-#include "base/shared_mem.h"
-#include "base/params.h"
+#include "rendezvous/rendezvous.h"
+#include "base/base.h"
 #include "net/common/framed_conn.h"
-#include "base/proc_ns.h"
-#include "net/common/proc_alive.h"
 #include "net/net.h"
-#include "net/shm/segment.h"
 
 namespace flagcx {
 

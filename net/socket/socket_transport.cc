@@ -41,9 +41,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "rendezvous/bootstrap.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "rendezvous/rendezvous.h"
+#include "base/base.h"
 #include "net/common/framed_conn.h"
 #include "net/net.h"
 #include "net/socket/socket_mover.h"

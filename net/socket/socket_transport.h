@@ -2,7 +2,7 @@
 #pragma once
 #include <functional>
 
-#include "rendezvous/socket.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <map>
 
-#include "adapters/ccl/ccl.h"
+#include "adapters/adapters.h"
 #include "exports.h"
 #include "forward.h"
 #include "scale.h"

@@ -3,8 +3,8 @@
 #pragma once
 #include <cstdint>
 
-#include "core/comm.h"
-#include "base/log.h"
+#include "core/core.h"
+#include "base/base.h"
 #include "flagcx.h"
 
 namespace flagcx {

@@ -1,7 +1,6 @@
 // Collective entry points: validate, then hand to the engine.
 #include "api/checks.h"
-#include "core/comm.h"
-#include "exec/executor.h"
+#include "core/core.h"
 
 using namespace flagcx;
 

@@ -2,10 +2,9 @@
 #include <cstring>
 
 #include "api/checks.h"
-#include "core/comm.h"
-#include "exec/executor.h"
-#include "base/params.h"
-#include "rendezvous/uniqueid.h"
+#include "core/core.h"
+#include "base/base.h"
+#include "rendezvous/rendezvous.h"
 
 using namespace flagcx;
 
@@ -25,7 +24,7 @@ extern "C" flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
   if (rank < 0 || rank >= nranks)
     return argError(flagcxInvalidArgument, kInit, "%s: rank %d is out of range [0, %d)", fn, rank,
                     nranks);
-  if (groupDepth() > 0)
+  if (commGroupDepth() > 0)
     return argError(flagcxInvalidUsage, kInit, "%s: cannot be called inside a group", fn);
   flagcxComm *c = nullptr;
   flagcxResult_t r = commInit(&c, nranks, *commId, rank);
@@ -40,12 +39,12 @@ extern "C" flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
 extern "C" flagcxResult_t flagcxCommFinalize(flagcxComm_t comm) {
   API_CHECK(checkComm("flagcxCommFinalize", comm));
   // Operations complete in stream order; finalize waits for the ones in flight.
-  if (!comm->exec->drain()) {
+  if (!commDrain(comm)) {
     WARN(kInit, "flagcxCommFinalize: rank %d: operations still in flight after FLAGCX_TIMEOUT",
          comm->rank);
     return flagcxSystemError;
   }
-  return comm->exec->asyncError();
+  return commAsyncError(comm);
 }
 
 extern "C" flagcxResult_t flagcxCommDestroy(flagcxComm_t comm) {
@@ -76,7 +75,7 @@ extern "C" flagcxResult_t flagcxCommResume(flagcxComm_t comm) {
 extern "C" flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm, flagcxResult_t *asyncError) {
   API_CHECK(checkComm("flagcxCommGetAsyncError", comm));
   API_CHECK(checkPtr("flagcxCommGetAsyncError", "asyncError", asyncError));
-  *asyncError = comm->exec->asyncError();
+  *asyncError = commAsyncError(comm);
   return flagcxSuccess;
 }
 
@@ -113,7 +112,7 @@ extern "C" flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo) {
 
 extern "C" const char *flagcxGetLastError(flagcxComm_t comm) {
   if (comm && commIsLive(comm)) {
-    std::string e = comm->exec->lastError();
+    std::string e = commAsyncErrorText(comm);
     std::lock_guard<std::mutex> lk(comm->mu);
     if (!e.empty()) {
       comm->lastError = std::move(e);  // kept: the caller reads it after we return

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <new>
 
-#include "adapters/device/adapter.h"
-#include "base/log.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 
 using namespace flagcx;
 

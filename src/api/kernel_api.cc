@@ -2,7 +2,7 @@
 // implemented yet (README, "Not supported"): one log line, flagcxNotSupported.
 #include "flagcx_kernel.h"
 
-#include "base/log.h"
+#include "base/base.h"
 
 namespace {
 flagcxResult_t notYet(const char *fn) {

@@ -1,5 +1,5 @@
 // Memory, registration and one-sided entry points.
-#include "adapters/device/adapter.h"
+#include "adapters/adapters.h"
 #include "api/checks.h"
 
 using namespace flagcx;

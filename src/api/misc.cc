@@ -1,6 +1,5 @@
 // Small library-wide queries: version, dtype sizes, result strings.
-#include "base/dtype.h"
-#include "base/log.h"
+#include "base/base.h"
 #include "flagcx.h"
 
 extern "C" size_t getFlagcxDataTypeSize(flagcxDataType_t dtype) {

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "api/checks.h"
-#include "core/onesided.h"
+#include "core/core.h"
 
 using namespace flagcx;
 

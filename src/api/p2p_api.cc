@@ -1,7 +1,6 @@
 // Point-to-point and group entry points.
 #include "api/checks.h"
-#include "core/comm.h"
-#include "exec/executor.h"
+#include "core/core.h"
 
 using namespace flagcx;
 
@@ -13,7 +12,7 @@ static flagcxResult_t p2p(const char *fn, bool isSend, const void *buf, size_t c
   size_t bytes = 0;
   API_CHECK(checkBytes(fn, "count", count, dt, 1, &bytes));
   if (count) API_CHECK(checkPtr(fn, isSend ? "sendbuff" : "recvbuff", buf));
-  if (peer == comm->rank && groupDepth() == 0)
+  if (peer == comm->rank && commGroupDepth() == 0)
     return argError(flagcxInvalidUsage, kP2P,
                     "%s: peer %d is this rank; a send or receive to oneself must be inside "
                     "flagcxGroupStart/End with its matching call", fn, peer);
@@ -32,12 +31,12 @@ extern "C" flagcxResult_t flagcxRecv(void *recvbuff, size_t count, flagcxDataTyp
 
 extern "C" flagcxResult_t flagcxGroupStart(flagcxComm_t comm) {
   if (comm) API_CHECK(checkComm("flagcxGroupStart", comm));
-  return groupStart();
+  return commGroupStart();
 }
 
 extern "C" flagcxResult_t flagcxGroupEnd(flagcxComm_t comm) {
   if (comm) API_CHECK(checkComm("flagcxGroupEnd", comm));
-  if (groupDepth() == 0)
+  if (commGroupDepth() == 0)
     return argError(flagcxInvalidUsage, kP2P, "flagcxGroupEnd: no group is open");
-  return groupEnd();
+  return commGroupEnd();
 }

@@ -1,9 +1,7 @@
-// Shareable host memory as the layers below the adapters see it.  The host
-// adapter (adapters/device/host) hands out memfd-backed buffers that a
-// sibling process can map; the shm transport (net/shm) maps a peer's when a
-// rendezvous message comes from one.  Transports may not include adapters
-// (tools/check-layout.sh), so the adapter registers its functions here at
-// load time and the transport calls them through sharedMemOps().
+// Shareable host memory as the transports see it.  host_memory.h hands out
+// memfd-backed buffers that a sibling process can map; the shm transport
+// (net/shm) maps a peer's when a rendezvous message comes from one, through
+// the functions host_memory.cc registers here at load time (sharedMemOps()).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -9,12 +9,9 @@
 #include <set>
 #include <thread>
 
-#include "base/log.h"
-#include "base/params.h"
-#include "base/proc_ns.h"
-#include "adapters/ccl/ccl.h"
-#include "net/ibverbs/ib_transport.h"
-#include "sched/algo_set.h"
+#include "base/base.h"
+#include "adapters/adapters.h"
+#include "sched/sched.h"
 
 namespace flagcx {
 
@@ -346,5 +343,23 @@ flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, i
   }
   return comm->exec->enqueueP2P(isSend, buf, bytes, peer, stream);
 }
+
+flagcxResult_t commGroupStart() {
+  if (groupDepth() == 0) vendorGroupStart();
+  return groupStart();
+}
+
+flagcxResult_t commGroupEnd() {
+  if (groupDepth() == 1) vendorGroupEnd();
+  return groupEnd();
+}
+
+int commGroupDepth() { return groupDepth(); }
+
+bool commDrain(flagcxComm *comm) { return comm->exec->drain(); }
+
+flagcxResult_t commAsyncError(flagcxComm *comm) { return comm->exec->asyncError(); }
+
+std::string commAsyncErrorText(flagcxComm *comm) { return comm->exec->lastError(); }
 
 }  // namespace flagcx

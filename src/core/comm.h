@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/ops.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "core/onesided.h"
-#include "exec/executor.h"
+#include "exec/exec.h"
 #include "flagcx.h"
 #include "net/net.h"
-#include "rendezvous/bootstrap.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 class AlgoSet;
@@ -71,5 +71,19 @@ flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers);
 flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream);
 flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
                        flagcxStream_t stream);
+
+// Thread-wide group brackets (flagcxGroupStart/End): the outermost start opens
+// the vendor library's group (when one is loaded) and then the executor's; the
+// outermost end closes the vendor's first, then launches the executor's jobs
+// of every communicator used inside the group together.
+flagcxResult_t commGroupStart();
+flagcxResult_t commGroupEnd();
+int commGroupDepth();  // brackets open on this thread
+
+// Wait for the operations in flight on `comm`: until FLAGCX_TIMEOUT, or 2 s
+// after an abort; false when some still run.
+bool commDrain(flagcxComm *comm);
+flagcxResult_t commAsyncError(flagcxComm *comm);  // the first failure of an operation
+std::string commAsyncErrorText(flagcxComm *comm);  // its log line ("" when none)
 
 }  // namespace flagcx

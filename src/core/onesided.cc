@@ -6,12 +6,9 @@
 #include <cstring>
 #include <thread>
 
-#include "adapters/device/host/host_memory.h"
-#include "base/log.h"
+#include "base/base.h"
 #include "core/comm.h"
-#include "net/ibverbs/ib_rma.h"
-#include "net/ibverbs/ib_transport.h"
-#include "net/rma.h"
+#include "net/net.h"
 
 namespace flagcx {
 
@@ -128,21 +125,18 @@ flagcxResult_t OneSided::setup() {
   // Same-host liveness by pid only where the kernel named the process.
   pid_ = provenPid_;
   // Verbs peers: native RDMA queue pairs beside the Conns.
-  std::unique_ptr<IbRma> native;
-  std::shared_ptr<rdma::Device> ibDev = comm_->ib ? ibTransportDevice(comm_->ib.get()) : nullptr;
-  if (ibDev) {
-    std::vector<int> list;
-    for (int r = 0; r < nranks_; r++)
-      if (r != rank_ && comm_->via[static_cast<size_t>(r)] == comm_->ib.get()) list.push_back(r);
-    if (!list.empty()) FLAGCX_CHECK(IbRma::create(ibDev, *comm_->bs, list, &native));
-    if (native && comm_->dev && comm_->dev->kind() == DeviceKind::Cuda) {
-      DeviceAdapter *dev = comm_->dev;
-      native->dmabuf = [dev](const void *p, size_t len, uint64_t *offset) {
-        return dev->isDeviceMemory(p) ? dev->exportDmabuf(p, len, offset) : -2;
-      };
-    }
+  std::vector<int> ibPeers;
+  for (int r = 0; comm_->ib && r < nranks_; r++)
+    if (r != rank_ && comm_->via[static_cast<size_t>(r)] == comm_->ib.get()) ibPeers.push_back(r);
+  RmaDmabuf dmabuf;
+  if (comm_->dev && comm_->dev->kind() == DeviceKind::Cuda) {
+    DeviceAdapter *dev = comm_->dev;
+    dmabuf = [dev](const void *p, size_t len, uint64_t *offset) {
+      return dev->isDeviceMemory(p) ? dev->exportDmabuf(p, len, offset) : -2;
+    };
   }
-  eng_ = RmaEngine::create(rank_, nranks_, std::move(conns), sig_, kStride, std::move(native));
+  FLAGCX_CHECK(makeRmaEngine(rank_, nranks_, std::move(conns), sig_, kStride, comm_->ib.get(),
+                             *comm_->bs, ibPeers, std::move(dmabuf), &eng_));
   RegRecord mine{};
   mine.size = n * kStride * sizeof(uint64_t);
   mine.shareable = exportHost(sigBlock_, mine.size, mine.ipc);

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "flagcx.h"
-#include "net/rma.h"
+#include "net/net.h"
 
 struct flagcxComm;
 

@@ -6,14 +6,10 @@
 #include <cstring>
 #include <thread>
 
-#include "base/backoff.h"
-#include "base/copy.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "core/comm.h"
 #include "core/onesided.h"
-#include "net/common/proc_alive.h"
-#include "net/rma.h"
+#include "net/net.h"
 
 namespace flagcx {
 

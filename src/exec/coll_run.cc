@@ -9,15 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/copy.h"
-#include "base/dtype.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "exec/state.h"
-#include "net/tags.h"
-#include "sched/algo_set.h"
-#include "sched/ir_names.h"
+#include "net/net.h"
+#include "sched/sched.h"
 
 namespace flagcx {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "base/copy.h"
+#include "base/base.h"
 
 namespace flagcx {
 

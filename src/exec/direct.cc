@@ -3,11 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/dtype.h"
-#include "base/log.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "exec/state.h"
-#include "rendezvous/bootstrap.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

@@ -4,14 +4,11 @@
 
 #include <algorithm>
 
-#include "adapters/ccl/ccl.h"
-#include "base/backoff.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "exec/copy_worker.h"
 #include "exec/state.h"
-#include "rendezvous/bootstrap.h"
-#include "net/tags.h"
+#include "rendezvous/rendezvous.h"
+#include "net/net.h"
 
 namespace flagcx {
 
@@ -239,14 +236,12 @@ Job *groupJob(ExecState *s, flagcxStream_t stream) {
 int groupDepth() { return t_group.depth; }
 
 flagcxResult_t groupStart() {
-  if (t_group.depth == 0) vendorGroupStart();
   t_group.depth++;
   return flagcxSuccess;
 }
 
 flagcxResult_t groupEnd() {
   if (--t_group.depth > 0) return flagcxSuccess;
-  vendorGroupEnd();
   flagcxResult_t res = flagcxSuccess;
   // One adapter per process: its batch lets every job of the group start
   // before any is waited for or run inline (ranks of this process in one

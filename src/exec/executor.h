@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "base/ops.h"
+#include "base/base.h"
 #include "flagcx.h"
 
 namespace flagcx {

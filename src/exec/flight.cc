@@ -7,9 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "base/config_file.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 
 namespace flagcx {
 

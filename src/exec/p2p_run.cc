@@ -4,9 +4,9 @@
 #include <cstring>
 #include <vector>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "exec/state.h"
-#include "net/tags.h"
+#include "net/net.h"
 
 namespace flagcx {
 

@@ -45,11 +45,10 @@
 #include <string>
 #include <vector>
 
-#include "base/copy.h"
-#include "base/dtype.h"
+#include "base/base.h"
 #include "exec/small_internal.h"
-#include "net/tags.h"
-#include "rendezvous/bootstrap.h"
+#include "net/net.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

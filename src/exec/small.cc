@@ -47,11 +47,10 @@
 #include <random>
 #include <string>
 
-#include "base/copy.h"
-#include "base/dtype.h"
+#include "base/base.h"
 #include "exec/small_internal.h"
-#include "net/tags.h"
-#include "rendezvous/bootstrap.h"
+#include "net/net.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

@@ -10,13 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "adapters/device/host/host_memory.h"
-#include "base/backoff.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "exec/state.h"
-#include "net/shm/segment.h"
 
 namespace flagcx {
 

@@ -8,11 +8,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/backoff.h"
-#include "base/dtype.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "exec/state.h"
 
 namespace flagcx {

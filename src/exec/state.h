@@ -33,8 +33,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/ops.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "exec/executor.h"
 #include "exec/flight.h"
 #include "net/net.h"

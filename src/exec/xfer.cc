@@ -7,15 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "base/backoff.h"
-#include "base/dtype.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "exec/copy_worker.h"
 #include "exec/state.h"
-#include "net/tags.h"
-#include "rendezvous/bootstrap.h"
+#include "net/net.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx {
 

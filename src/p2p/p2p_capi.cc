@@ -2,7 +2,7 @@
 // the C++ entry points.  BatchWriteSync addresses both sides by absolute
 // virtual address: the local region is found by address, the remote one in
 // the table the connection holds (MakeDesc).
-#include "base/log.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;

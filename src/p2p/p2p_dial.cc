@@ -21,7 +21,7 @@
 #include <cstring>
 #include <thread>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;

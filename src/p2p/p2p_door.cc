@@ -21,8 +21,7 @@
 #include <cstring>
 #include <list>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;

@@ -12,8 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;

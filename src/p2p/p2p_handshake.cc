@@ -19,8 +19,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;

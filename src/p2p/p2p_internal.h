@@ -27,11 +27,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "adapters/device/adapter.h"
+#include "adapters/adapters.h"
 #include "flagcx_p2p.h"
-#include "net/ibverbs/rdma_device.h"
+#include "net/net.h"
 #include "p2p/p2p_wire.h"
-#include "rendezvous/socket.h"
+#include "rendezvous/rendezvous.h"
 
 namespace flagcx::p2p {
 

@@ -11,8 +11,8 @@
 #include <climits>
 #include <cstring>
 
-#include "adapters/device/adapter.h"
-#include "base/log.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 using namespace flagcx;

@@ -6,8 +6,8 @@
 #include <map>
 #include <string>
 
-#include "adapters/device/adapter.h"
-#include "base/log.h"
+#include "adapters/adapters.h"
+#include "base/base.h"
 #include "flagcx_config.h"
 #include "p2p/p2p_internal.h"
 

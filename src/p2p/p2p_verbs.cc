@@ -34,9 +34,7 @@
 #include <cstring>
 #include <list>
 
-#include "base/backoff.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "p2p/p2p_internal.h"
 
 namespace flagcx::p2p {

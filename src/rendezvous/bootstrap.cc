@@ -10,9 +10,7 @@
 #include <deque>
 #include <thread>
 
-#include "base/backoff.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "rendezvous/bootstrap_root.h"
 #include "rendezvous/uniqueid.h"
 

@@ -19,8 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "rendezvous/bootstrap.h"
 
 namespace flagcx {

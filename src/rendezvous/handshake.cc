@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "rendezvous/socket.h"
 
 namespace flagcx {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "rendezvous/socket.h"
 
 namespace flagcx {

@@ -22,8 +22,7 @@
 #include <string>
 #include <thread>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 
 namespace flagcx {
 

@@ -8,8 +8,7 @@
 
 #include <cstring>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "rendezvous/bootstrap_root.h"
 
 namespace flagcx {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <map>
 
-#include "base/log.h"
+#include "base/base.h"
 #include "sched/registry.h"
 #include "sched/script.h"
 #include "sched/tuner.h"

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "base/ops.h"
+#include "base/base.h"
 
 namespace flagcx {
 

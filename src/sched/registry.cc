@@ -6,8 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "flagcx_paths.h"
 #include "sched/yaml_ops.h"
 

@@ -18,7 +18,7 @@ extern "C" {
 #include <lualib.h>
 }
 
-#include "base/log.h"
+#include "base/base.h"
 
 namespace flagcx {
 

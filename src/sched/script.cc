@@ -12,8 +12,7 @@ extern "C" {
 #include <lua.h>
 }
 
-#include "base/config_file.h"
-#include "base/log.h"
+#include "base/base.h"
 #include "sched/in_place.h"
 #include "sched/ir_names.h"
 

@@ -11,10 +11,7 @@ extern "C" {
 #include <lua.h>
 }
 
-#include "base/config_file.h"
-#include "base/dtype.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "sched/yaml_ops.h"
 
 namespace flagcx {

@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-#include "base/config_file.h"
+#include "base/base.h"
 
 namespace flagcx {
 

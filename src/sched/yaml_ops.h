@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "base/ops.h"
+#include "base/base.h"
 
 namespace flagcx {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "adapters/device/host/host_memory.h"
+#include "base/host_memory.h"
 #include "adapters/device/host/host_stream.h"
 
 using namespace flagcx;

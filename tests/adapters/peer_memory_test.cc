@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "adapters/device/host/host_memory.h"
+#include "base/host_memory.h"
 
 using namespace flagcx;
 

@@ -12,13 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "base/params.h"
+#include "base/base.h"
 #include "scale.h"
-#include "sched/ir_names.h"
-#include "sched/registry.h"
-#include "sched/script.h"
-#include "sched/tuner.h"
-#include "sched/verify.h"
+#include "sched/sched.h"
 
 using namespace flagcx;
 

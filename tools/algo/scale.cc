@@ -27,10 +27,8 @@
 #include <memory>
 #include <string>
 
-#include "base/ops.h"
-#include "sched/algo_set.h"
-#include "sched/registry.h"
-#include "sched/script.h"
+#include "base/base.h"
+#include "sched/sched.h"
 
 using namespace flagcx;
 

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "adapters/device/adapter.h"
-#include "exec/flight.h"
-#include "base/params.h"
-#include "rendezvous/socket.h"
+#include "adapters/adapters.h"
+#include "exec/exec.h"
+#include "base/base.h"
+#include "rendezvous/rendezvous.h"
 #include "flagcx.h"
 #include "tools/version_line.h"
 

@@ -25,9 +25,8 @@
 
 #include "adapters/ccl/ccl.h"
 #include "adapters/device/cuda/cuda_internal.h"
-#include "rendezvous/bootstrap.h"
-#include "base/log.h"
-#include "base/params.h"
+#include "rendezvous/rendezvous.h"
+#include "base/base.h"
 
 namespace flagcx {
 

@@ -29,8 +29,7 @@
 
 #include "adapters/device/adapter.h"
 #include "adapters/device/handle_checks.h"
-#include "base/backoff.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "adapters/device/adapter.h"
-#include "base/log.h"
+#include "base/base.h"
 
 namespace flagcx::cuda {
 

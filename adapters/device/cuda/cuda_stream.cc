@@ -69,7 +69,7 @@
 #include <vector>
 
 #include "adapters/device/handle_checks.h"
-#include "base/params.h"
+#include "base/base.h"
 #include "cuda_internal.h"
 
 namespace flagcx::cuda {

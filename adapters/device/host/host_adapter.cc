@@ -21,9 +21,7 @@
 
 #include "adapters/device/adapter.h"
 #include "adapters/device/handle_checks.h"
-#include "base/log.h"
-#include "base/params.h"
-#include "host_memory.h"
+#include "base/base.h"
 #include "host_stream.h"
 
 namespace flagcx {

@@ -1,7 +1,7 @@
 // hostReduce / hostDivide: argument checks, then the fastest kernel variant
 // the running CPU supports (AVX2 on x86-64 when present, else the baseline).
 #include "adapters/device/adapter.h"
-#include "base/log.h"
+#include "base/base.h"
 #include "host_reduce_kernels.h"
 
 namespace flagcx {

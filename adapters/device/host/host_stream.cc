@@ -23,8 +23,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "base/copy.h"
-#include "base/log.h"
+#include "base/base.h"
 
 namespace flagcx::host {
 namespace {

@@ -1,5 +1,6 @@
 // Is a process of this host gone?  Used by same-host transports (shm, and the
-// software RDMA device of the tests) to notice a peer that was killed.
+// software RDMA device of the tests) and by one-sided operations to notice a
+// peer that was killed.
 #pragma once
 #include <sys/types.h>
 

@@ -1,4 +1,4 @@
-#include "net/common/proc_alive.h"
+#include "base/proc_alive.h"
 
 #include <fcntl.h>
 #include <signal.h>

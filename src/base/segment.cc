@@ -1,4 +1,4 @@
-#include "net/shm/segment.h"
+#include "base/segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,6 @@
-// Memory and IPC handles of the host device adapter.
+// Host memory and its IPC handles: what the host device adapter allocates,
+// and what the layers that share it between processes (net/shm, the
+// executor's one-host paths, one-sided) map (src/base/host_memory.cc).
 #pragma once
 #include <cstddef>
 #include <cstdint>

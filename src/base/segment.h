@@ -1,6 +1,7 @@
 // A POSIX shared-memory segment (/dev/shm), mapped: created by one process
 // and opened by its peers by name.  The shm transport keeps its rings in
-// such segments, the executor its small-collective block (src/exec/small.cc).
+// such segments, the executor its small-collective block (src/exec/small.cc);
+// it lives in base so that both reach it.
 #pragma once
 #include <cstddef>
 #include <memory>

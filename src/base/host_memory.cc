@@ -1,5 +1,8 @@
-// Host adapter memory: allocation (shareable memfd mappings or the heap,
-// optional page-locking) and IPC handles that a sibling process opens.
+// Host memory: allocation (shareable memfd mappings or the heap, optional
+// page-locking) and IPC handles that a sibling process opens.  The host
+// device adapter hands it out; the layers that share it between processes
+// (the shm transport, the executor's one-host paths, one-sided) reach it
+// here, in base, below all of them.
 //
 // An IPC handle names the creator's memfd as /proc/<pid>/fd/<n> and carries
 // the file's device and inode numbers, so that a handle whose buffer was
@@ -7,7 +10,7 @@
 // wrong file.  Opening needs the same rights as reading the creator's
 // /proc/<pid>/fd (same user, dumpable process); pidfd_getfd is tried when
 // that fails.
-#include "host_memory.h"
+#include "base/host_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
