@@ -44,7 +44,12 @@ typedef enum {
   flagcxFloat32 = 7, flagcxFloat = 7,
   flagcxFloat64 = 8, flagcxDouble = 8,
   flagcxBfloat16 = 9,
-  flagcxNumTypes = 10
+  /* OCP 8-bit floats, numbered as NCCL numbers ncclFloat8e4m3/ncclFloat8e5m2:
+     e4m3 (bias 7, NaN but no infinity, conversions saturate to +-448) and
+     e5m2 (bias 15, IEEE-like with infinities).  Reductions compute in float. */
+  flagcxFloat8e4m3 = 10,
+  flagcxFloat8e5m2 = 11,
+  flagcxNumTypes = 12
 } flagcxDataType_t;
 
 /* Sizes flagcxRedOp_t's last enumerator so that the enum is as wide as an

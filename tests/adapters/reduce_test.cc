@@ -236,7 +236,7 @@ TEST(Reduce, AvgReducesAsSumAndInvalidOpsFail) {
   EXPECT_EQ(hostReduce(d, a, b, 3, flagcxFloat32, flagcxRedNoOp), flagcxInvalidArgument);
   EXPECT_EQ(hostReduce(d, a, b, 3, flagcxFloat32, static_cast<flagcxRedOp_t>(42)),
             flagcxInvalidArgument);
-  EXPECT_EQ(hostReduce(d, a, b, 3, static_cast<flagcxDataType_t>(10), flagcxSum),
+  EXPECT_EQ(hostReduce(d, a, b, 3, flagcxNumTypes, flagcxSum),
             flagcxInvalidArgument);
   EXPECT_EQ(hostReduce(nullptr, a, b, 3, flagcxFloat32, flagcxSum), flagcxInvalidArgument);
   EXPECT_EQ(hostReduce(nullptr, nullptr, nullptr, 0, flagcxFloat32, flagcxSum), flagcxSuccess);

@@ -172,6 +172,8 @@ bool mapType(flagcxDataType_t t, ncclDataType_t *out) {
     case flagcxFloat32: *out = ncclFloat32; return true;
     case flagcxFloat64: *out = ncclFloat64; return true;
     case flagcxBfloat16: *out = ncclBfloat16; return true;
+    case flagcxFloat8e4m3:
+    case flagcxFloat8e5m2: *out = ncclUint8; return true;  // moved as bytes; coll refuses reducing them
     default: return false;
   }
 }
@@ -210,6 +212,10 @@ class NcclCcl final : public CclAdapter {
     ncclDataType_t dt;
     if (!mapType(a.dtype, &dt))
       return argError(flagcxInvalidArgument, kColl, "nccl: invalid datatype %d", static_cast<int>(a.dtype));
+    if (opReduces(a.op) && (a.dtype == flagcxFloat8e4m3 || a.dtype == flagcxFloat8e5m2))
+      return argError(flagcxNotSupported, kColl,
+                      "nccl: float8 reductions are not offered over the NCCL pass-through "
+                      "(NCCL accumulates them in half precision, flagcx in float32)");
     ncclRedOp_t op = ncclSum;
     if (opReduces(a.op) && !mapOp(a.redop, &op))
       return argError(flagcxInvalidArgument, kColl, "nccl: invalid reduction op %d", static_cast<int>(a.redop));

@@ -70,6 +70,7 @@ cudaError_t launchCopyBatch(const BatchChunk *chunks, unsigned n, unsigned parts
 // cuda_kernels_misaligned.cu (nvcc only).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <climits>
 #include <type_traits>
@@ -96,6 +97,27 @@ struct Arith<__nv_bfloat16> {
   using C = float;
   __device__ static float up(__nv_bfloat16 x) { return __bfloat162float(x); }
   __device__ static __nv_bfloat16 down(float x) { return __float2bfloat16_rn(x); }
+};
+
+// The 8-bit floats compute in float and round as the host kernels do
+// (adapters/device/host/float_convert.h): e4m3 saturates to +-448 (the
+// satfinite conversion), e5m2 gives infinity from 61440 up (the satfinite
+// conversion is exact below it), NaN gives 0x7f.
+template <>
+struct Arith<__nv_fp8_e4m3> {
+  using C = float;
+  __device__ static float up(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+  __device__ static __nv_fp8_e4m3 down(float x) { return __nv_fp8_e4m3(x); }
+};
+template <>
+struct Arith<__nv_fp8_e5m2> {
+  using C = float;
+  __device__ static float up(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
+  __device__ static __nv_fp8_e5m2 down(float x) {
+    __nv_fp8_e5m2 r(x);
+    if (fabsf(x) >= 61440.0f) r.__x = static_cast<__nv_fp8_storage_t>(x < 0 ? 0xfcu : 0x7cu);
+    return r;
+  }
 };
 
 // Operators on the compute type.  Integers add and multiply in the unsigned
@@ -227,6 +249,8 @@ cudaError_t forReduce(flagcxDataType_t dtype, flagcxRedOp_t op, Run run) {
     case flagcxFloat32: return forOp<float>(op, run);
     case flagcxFloat64: return forOp<double>(op, run);
     case flagcxBfloat16: return forOp<__nv_bfloat16>(op, run);
+    case flagcxFloat8e4m3: return forOp<__nv_fp8_e4m3>(op, run);
+    case flagcxFloat8e5m2: return forOp<__nv_fp8_e5m2>(op, run);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -249,6 +273,10 @@ cudaError_t forDivide(flagcxDataType_t dtype, uint64_t q, Run run) {
     case flagcxBfloat16:
       return run(static_cast<__nv_bfloat16 *>(nullptr),
                  DivFloat<__nv_bfloat16>{static_cast<float>(q)});
+    case flagcxFloat8e4m3:
+      return run(static_cast<__nv_fp8_e4m3 *>(nullptr), DivFloat<__nv_fp8_e4m3>{static_cast<float>(q)});
+    case flagcxFloat8e5m2:
+      return run(static_cast<__nv_fp8_e5m2 *>(nullptr), DivFloat<__nv_fp8_e5m2>{static_cast<float>(q)});
     default: return cudaErrorInvalidValue;
   }
 }

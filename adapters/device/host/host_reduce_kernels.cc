@@ -30,6 +30,7 @@
 #define FLAGCX_HAVE_F16C 1
 #endif
 
+#include "float_convert.h"
 #include "host_reduce_kernels.h"
 
 #ifndef FLAGCX_KERNEL_ISA
@@ -39,56 +40,11 @@
 namespace flagcx::reduce_kernels {
 namespace {
 
-inline uint32_t floatBits(float f) { return __builtin_bit_cast(uint32_t, f); }
-inline float bitsFloat(uint32_t u) { return __builtin_bit_cast(float, u); }
-
-// ---- half / bfloat16 <-> float, branch-free so that the loops vectorize ----
-
-// Normal halves are re-biased in the integer domain; subnormal halves are
-// converted exactly as integer * 2^-24 (avoids float denormals, so the result
-// is right even when the application runs with flush-to-zero); inf and NaN
-// keep their class and NaN its payload.
-inline float h2f(uint16_t h) {
-  uint32_t em = h & 0x7fffu;
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t normal = (em << 13) + (112u << 23);
-  normal = em >= 0x7c00u ? normal + (112u << 23) : normal;  // exponent 31 -> 255
-  float sub = static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f;
-  uint32_t mag = em < 0x400u ? floatBits(sub) : normal;
-  return bitsFloat(mag | sign);
-}
-
-// Round to nearest, ties to even.  Normal results: re-bias, add just under
-// half an ulp plus the kept lsb, truncate (a carry into the exponent is the
-// correct rounding, up to infinity).  Subnormal results: adding 0.5f puts the
-// value's 2^-24 steps in the low mantissa bits, rounded by the FPU itself.
-// Too large -> inf; NaN -> quiet NaN with the top payload bits.
-inline uint16_t f2h(float f) {
-  uint32_t x = floatBits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  uint32_t lsb = (ax >> 13) & 1u;
-  uint32_t normal = (ax - (112u << 23) + 0xfffu + lsb) >> 13;
-  uint32_t sub = floatBits(bitsFloat(ax) + 0.5f) - floatBits(0.5f);
-  uint32_t r = ax < (113u << 23) ? sub : normal;
-  r = ax >= 0x47800000u ? 0x7c00u : r;
-  r = ax > 0x7f800000u ? (0x7e00u | ((ax >> 13) & 0x3ffu)) : r;
-  return static_cast<uint16_t>(r | sign);
-}
-
-inline float bf2f(uint16_t h) { return bitsFloat(static_cast<uint32_t>(h) << 16); }
-
-inline uint16_t f2bf(float f) {
-  uint32_t x = floatBits(f);
-  uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  r = (x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) | 0x40u) : r;  // quiet NaN
-  return static_cast<uint16_t>(r);
-}
-
-// Block conversions used by the 16-bit kernels.  With F16C (the AVX2 copy)
+// Block conversions used by the narrow-float kernels (Bits: the stored type).  With F16C (the AVX2 copy)
 // halves convert in hardware, 8 per instruction, rounding to nearest even
 // exactly as f2h does; the scalar functions handle the tail.
 struct HalfCvt {
+  using Bits = uint16_t;
   static void load(float *__restrict dst, const uint16_t *__restrict src, size_t m) {
     size_t i = 0;
 #ifdef FLAGCX_HAVE_F16C
@@ -107,14 +63,20 @@ struct HalfCvt {
     for (; i < m; i++) dst[i] = f2h(src[i]);
   }
 };
-struct Bf16Cvt {
-  static void load(float *__restrict dst, const uint16_t *__restrict src, size_t m) {
-    for (size_t i = 0; i < m; i++) dst[i] = bf2f(src[i]);
+// The scalar functions in a loop (bfloat16, FP8).
+template <class B, float (*Up)(B), B (*Down)(float)>
+struct ScalarCvt {
+  using Bits = B;
+  static void load(float *__restrict dst, const B *__restrict src, size_t m) {
+    for (size_t i = 0; i < m; i++) dst[i] = Up(src[i]);
   }
-  static void store(uint16_t *__restrict dst, const float *__restrict src, size_t m) {
-    for (size_t i = 0; i < m; i++) dst[i] = f2bf(src[i]);
+  static void store(B *__restrict dst, const float *__restrict src, size_t m) {
+    for (size_t i = 0; i < m; i++) dst[i] = Down(src[i]);
   }
 };
+using Bf16Cvt = ScalarCvt<uint16_t, bf2f, f2bf>;
+using E4m3Cvt = ScalarCvt<uint8_t, e4m3ToF, fToE4m3>;
+using E5m2Cvt = ScalarCvt<uint8_t, e5m2ToF, fToE5m2>;
 
 // ---- operators ----
 
@@ -198,17 +160,18 @@ void run(void *dv, const void *av, const void *bv, size_t n) {
     loop3<Op>(d, a, b, n);
 }
 
-// 16-bit floats: widen a block of each input to float, reduce in float, round
-// back once.  Float keeps 24 >= 2*11+2 bits, so the double rounding gives the
-// correctly rounded half (and bfloat16) result.  Each inner loop vectorizes;
+// Narrow floats (half, bfloat16, FP8): widen a block of each input to float,
+// reduce in float, round back once.  Float keeps 24 >= 2*11+2 bits, so the
+// double rounding gives the correctly rounded narrow result.  Each inner loop vectorizes;
 // a block is fully read before dst is written, so exact aliasing is fine.
 constexpr size_t kBlock = 256;
 
 template <class Op, class Cvt>
-void runHalf(void *dv, const void *av, const void *bv, size_t n) {
-  uint16_t *d = static_cast<uint16_t *>(dv);
-  const uint16_t *a = static_cast<const uint16_t *>(av);
-  const uint16_t *b = static_cast<const uint16_t *>(bv);
+void runNarrow(void *dv, const void *av, const void *bv, size_t n) {
+  using B = typename Cvt::Bits;
+  B *d = static_cast<B *>(dv);
+  const B *a = static_cast<const B *>(av);
+  const B *b = static_cast<const B *>(bv);
   alignas(64) float fa[kBlock];
   alignas(64) float fb[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
@@ -241,12 +204,12 @@ void reduceFlt(void *d, const void *a, const void *b, size_t n, flagcxRedOp_t op
 }
 
 template <class Cvt>
-void reduce16(void *d, const void *a, const void *b, size_t n, flagcxRedOp_t op) {
+void reduceNarrow(void *d, const void *a, const void *b, size_t n, flagcxRedOp_t op) {
   switch (op) {
-    case flagcxSum: runHalf<FltSum<float>, Cvt>(d, a, b, n); break;
-    case flagcxProd: runHalf<FltProd<float>, Cvt>(d, a, b, n); break;
-    case flagcxMax: runHalf<FltMax<float>, Cvt>(d, a, b, n); break;
-    default: runHalf<FltMin<float>, Cvt>(d, a, b, n); break;
+    case flagcxSum: runNarrow<FltSum<float>, Cvt>(d, a, b, n); break;
+    case flagcxProd: runNarrow<FltProd<float>, Cvt>(d, a, b, n); break;
+    case flagcxMax: runNarrow<FltMax<float>, Cvt>(d, a, b, n); break;
+    default: runNarrow<FltMin<float>, Cvt>(d, a, b, n); break;
   }
 }
 
@@ -289,7 +252,7 @@ void divFlt(T *d, const T *s, size_t n, uint64_t divisor) {
 }
 
 template <class Cvt>
-void div16(uint16_t *d, const uint16_t *s, size_t n, uint64_t divisor) {
+void divNarrow(typename Cvt::Bits *d, const typename Cvt::Bits *s, size_t n, uint64_t divisor) {
   float q = static_cast<float>(divisor);
   alignas(64) float f[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
@@ -313,10 +276,12 @@ void reduce(void *d, const void *a, const void *b, size_t n, flagcxDataType_t dt
     case flagcxUint32: reduceInt<uint32_t>(d, a, b, n, op); break;
     case flagcxInt64: reduceInt<int64_t>(d, a, b, n, op); break;
     case flagcxUint64: reduceInt<uint64_t>(d, a, b, n, op); break;
-    case flagcxFloat16: reduce16<HalfCvt>(d, a, b, n, op); break;
+    case flagcxFloat16: reduceNarrow<HalfCvt>(d, a, b, n, op); break;
     case flagcxFloat32: reduceFlt<float>(d, a, b, n, op); break;
     case flagcxFloat64: reduceFlt<double>(d, a, b, n, op); break;
-    case flagcxBfloat16: reduce16<Bf16Cvt>(d, a, b, n, op); break;
+    case flagcxBfloat16: reduceNarrow<Bf16Cvt>(d, a, b, n, op); break;
+    case flagcxFloat8e4m3: reduceNarrow<E4m3Cvt>(d, a, b, n, op); break;
+    case flagcxFloat8e5m2: reduceNarrow<E5m2Cvt>(d, a, b, n, op); break;
     default: break;
   }
 }
@@ -330,10 +295,12 @@ void divide(void *dv, const void *sv, size_t n, flagcxDataType_t dtype, uint64_t
     case flagcxUint32: divUnsigned<uint32_t>(FLAGCX_ARGS(uint32_t)); break;
     case flagcxInt64: divSigned<int64_t>(FLAGCX_ARGS(int64_t)); break;
     case flagcxUint64: divUnsigned<uint64_t>(FLAGCX_ARGS(uint64_t)); break;
-    case flagcxFloat16: div16<HalfCvt>(FLAGCX_ARGS(uint16_t)); break;
+    case flagcxFloat16: divNarrow<HalfCvt>(FLAGCX_ARGS(uint16_t)); break;
     case flagcxFloat32: divFlt<float>(FLAGCX_ARGS(float)); break;
     case flagcxFloat64: divFlt<double>(FLAGCX_ARGS(double)); break;
-    case flagcxBfloat16: div16<Bf16Cvt>(FLAGCX_ARGS(uint16_t)); break;
+    case flagcxBfloat16: divNarrow<Bf16Cvt>(FLAGCX_ARGS(uint16_t)); break;
+    case flagcxFloat8e4m3: divNarrow<E4m3Cvt>(FLAGCX_ARGS(uint8_t)); break;
+    case flagcxFloat8e5m2: divNarrow<E5m2Cvt>(FLAGCX_ARGS(uint8_t)); break;
     default: break;
   }
 #undef FLAGCX_ARGS
@@ -346,6 +313,10 @@ float halfToFloat(uint16_t h) { return h2f(h); }
 uint16_t floatToHalf(float f) { return f2h(f); }
 float bf16ToFloat(uint16_t h) { return bf2f(h); }
 uint16_t floatToBf16(float f) { return f2bf(f); }
+float e4m3ToFloat(uint8_t v) { return e4m3ToF(v); }
+uint8_t floatToE4m3(float f) { return fToE4m3(f); }
+float e5m2ToFloat(uint8_t v) { return e5m2ToF(v); }
+uint8_t floatToE5m2(float f) { return fToE5m2(f); }
 #endif
 
 }  // namespace flagcx::reduce_kernels

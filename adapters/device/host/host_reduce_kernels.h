@@ -34,5 +34,9 @@ float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
 float bf16ToFloat(uint16_t h);
 uint16_t floatToBf16(float f);
+float e4m3ToFloat(uint8_t v);  // OCP FP8 e4m3 (saturating to +-448)
+uint8_t floatToE4m3(float f);
+float e5m2ToFloat(uint8_t v);  // OCP FP8 e5m2 (with infinities)
+uint8_t floatToE5m2(float f);
 
 }  // namespace flagcx::reduce_kernels
