@@ -156,5 +156,12 @@ flagcxResult_t hostReduce(void *dst, const void *a, const void *b, size_t count,
                           flagcxDataType_t dtype, flagcxRedOp_t op);
 flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                           uint64_t divisor);
+// The rank-ordered left fold of n sources, element by element:
+// dst = ((srcs[0] op srcs[1]) op srcs[2]) ... op srcs[n-1], Avg then divided
+// by n.  float32/float64 (and integers) in their own arithmetic; half,
+// bfloat16 and FP8 accumulate in float32 and round once at the end (after
+// the division for Avg).  dst may be any one of the sources (same address).
+flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
+                        flagcxDataType_t dtype, flagcxRedOp_t op);
 
 }  // namespace flagcx

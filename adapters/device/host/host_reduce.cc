@@ -12,14 +12,15 @@ using namespace reduce_kernels;
 struct Kernels {
   ReduceFn reduce;
   DivideFn divide;
+  FoldFn fold;
 };
 
 Kernels pickKernels() {
 #if defined(FLAGCX_HAVE_AVX2_KERNELS) && (defined(__x86_64__) || defined(__i386__))
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) return {avx2::reduce, avx2::divide};
+  if (__builtin_cpu_supports("avx2")) return {avx2::reduce, avx2::divide, avx2::fold};
 #endif
-  return {generic::reduce, generic::divide};
+  return {generic::reduce, generic::divide, generic::fold};
 }
 
 const Kernels &kernels() {
@@ -52,6 +53,21 @@ flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataTy
   if (!dst || !src)
     return argError(flagcxInvalidArgument, kColl, "divide: NULL buffer (dst=%p src=%p)", dst, src);
   kernels().divide(dst, src, count, dtype, divisor);
+  return flagcxSuccess;
+}
+
+flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
+                        flagcxDataType_t dtype, flagcxRedOp_t op) {
+  if (static_cast<unsigned>(dtype) >= flagcxNumTypes)
+    return argError(flagcxInvalidArgument, kColl, "fold: invalid datatype %d", static_cast<int>(dtype));
+  if (static_cast<unsigned>(op) >= flagcxRedNoOp)
+    return argError(flagcxInvalidArgument, kColl, "fold: invalid reduction op %d", static_cast<int>(op));
+  if (n < 1 || !srcs) return argError(flagcxInvalidArgument, kColl, "fold: %d sources", n);
+  if (count == 0) return flagcxSuccess;
+  for (int k = 0; k < n; k++)
+    if (!srcs[k]) return argError(flagcxInvalidArgument, kColl, "fold: source %d is NULL", k);
+  if (!dst) return argError(flagcxInvalidArgument, kColl, "fold: NULL destination");
+  kernels().fold(dst, srcs, n, count, dtype, op);
   return flagcxSuccess;
 }
 

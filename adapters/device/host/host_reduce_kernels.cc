@@ -263,6 +263,71 @@ void divNarrow(typename Cvt::Bits *d, const typename Cvt::Bits *s, size_t n, uin
   }
 }
 
+// ---- the rank-ordered fold of n sources ----
+//
+// Block by block: the accumulator starts as source 0's block and takes the
+// others in order, then is stored (and, for narrow floats, rounded) once.
+// Every source's block is read before dst's block is written, so dst may be
+// one of the sources.
+
+template <class Op, class T>
+void foldSame(void *dv, const void *const *sv, int n, size_t count) {
+  T *d = static_cast<T *>(dv);
+  alignas(64) T acc[kBlock];
+  for (size_t base = 0; base < count; base += kBlock) {
+    size_t m = count - base < kBlock ? count - base : kBlock;
+    const T *s0 = static_cast<const T *>(sv[0]) + base;
+    for (size_t i = 0; i < m; i++) acc[i] = s0[i];
+    for (int k = 1; k < n; k++) loopDstA<Op>(acc, static_cast<const T *>(sv[k]) + base, m);
+    for (size_t i = 0; i < m; i++) d[base + i] = acc[i];
+  }
+}
+
+template <class Op, class Cvt>
+void foldNarrow(void *dv, const void *const *sv, int n, size_t count, float divisor) {
+  using B = typename Cvt::Bits;
+  B *d = static_cast<B *>(dv);
+  alignas(64) float acc[kBlock];
+  alignas(64) float t[kBlock];
+  for (size_t base = 0; base < count; base += kBlock) {
+    size_t m = count - base < kBlock ? count - base : kBlock;
+    Cvt::load(acc, static_cast<const B *>(sv[0]) + base, m);
+    for (int k = 1; k < n; k++) {
+      Cvt::load(t, static_cast<const B *>(sv[k]) + base, m);
+      loopDstA<Op>(acc, t, m);
+    }
+    if (divisor != 1.0f) divFltInPlace(acc, m, divisor);
+    Cvt::store(d + base, acc, m);
+  }
+}
+
+template <template <class> class Sum, template <class> class Prod, template <class> class Max,
+          template <class> class Min, class T>
+void foldOp(void *d, const void *const *s, int n, size_t count, flagcxRedOp_t op) {
+  switch (op) {
+    case flagcxProd: foldSame<Prod<T>, T>(d, s, n, count); break;
+    case flagcxMax: foldSame<Max<T>, T>(d, s, n, count); break;
+    case flagcxMin: foldSame<Min<T>, T>(d, s, n, count); break;
+    default: foldSame<Sum<T>, T>(d, s, n, count); break;  // Sum, Avg
+  }
+}
+
+bool narrowFloat(flagcxDataType_t dt) {
+  return dt == flagcxFloat16 || dt == flagcxBfloat16 || dt == flagcxFloat8e4m3 ||
+         dt == flagcxFloat8e5m2;
+}
+
+template <class Cvt>
+void foldNarrowOp(void *d, const void *const *s, int n, size_t count, flagcxRedOp_t op) {
+  float q = op == flagcxAvg ? static_cast<float>(n) : 1.0f;
+  switch (op) {
+    case flagcxProd: foldNarrow<FltProd<float>, Cvt>(d, s, n, count, q); break;
+    case flagcxMax: foldNarrow<FltMax<float>, Cvt>(d, s, n, count, q); break;
+    case flagcxMin: foldNarrow<FltMin<float>, Cvt>(d, s, n, count, q); break;
+    default: foldNarrow<FltSum<float>, Cvt>(d, s, n, count, q); break;
+  }
+}
+
 }  // namespace
 
 namespace FLAGCX_KERNEL_ISA {
@@ -304,6 +369,31 @@ void divide(void *dv, const void *sv, size_t n, flagcxDataType_t dtype, uint64_t
     default: break;
   }
 #undef FLAGCX_ARGS
+}
+
+void fold(void *d, const void *const *s, int n, size_t count, flagcxDataType_t dtype,
+          flagcxRedOp_t op) {
+#define FLAGCX_INT(T) foldOp<IntSum, IntProd, IntMax, IntMin, T>(d, s, n, count, op)
+#define FLAGCX_FLT(T) foldOp<FltSum, FltProd, FltMax, FltMin, T>(d, s, n, count, op)
+  switch (dtype) {
+    case flagcxInt8: FLAGCX_INT(int8_t); break;
+    case flagcxUint8: FLAGCX_INT(uint8_t); break;
+    case flagcxInt32: FLAGCX_INT(int32_t); break;
+    case flagcxUint32: FLAGCX_INT(uint32_t); break;
+    case flagcxInt64: FLAGCX_INT(int64_t); break;
+    case flagcxUint64: FLAGCX_INT(uint64_t); break;
+    case flagcxFloat32: FLAGCX_FLT(float); break;
+    case flagcxFloat64: FLAGCX_FLT(double); break;
+    case flagcxFloat16: foldNarrowOp<HalfCvt>(d, s, n, count, op); break;
+    case flagcxBfloat16: foldNarrowOp<Bf16Cvt>(d, s, n, count, op); break;
+    case flagcxFloat8e4m3: foldNarrowOp<E4m3Cvt>(d, s, n, count, op); break;
+    case flagcxFloat8e5m2: foldNarrowOp<E5m2Cvt>(d, s, n, count, op); break;
+    default: break;
+  }
+#undef FLAGCX_INT
+#undef FLAGCX_FLT
+  // Avg of the wider types: the fold divided in the dtype's own arithmetic.
+  if (op == flagcxAvg && !narrowFloat(dtype)) divide(d, d, count, dtype, static_cast<uint64_t>(n));
 }
 
 }  // namespace FLAGCX_KERNEL_ISA

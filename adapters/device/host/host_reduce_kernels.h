@@ -16,17 +16,24 @@ using ReduceFn = void (*)(void *dst, const void *a, const void *b, size_t count,
                           flagcxDataType_t dtype, flagcxRedOp_t op);
 using DivideFn = void (*)(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                           uint64_t divisor);
+// n >= 1 sources; op may also be Avg (the fold divided by n).
+using FoldFn = void (*)(void *dst, const void *const *srcs, int n, size_t count,
+                        flagcxDataType_t dtype, flagcxRedOp_t op);
 
 namespace generic {
 void reduce(void *dst, const void *a, const void *b, size_t count, flagcxDataType_t dtype,
             flagcxRedOp_t op);
 void divide(void *dst, const void *src, size_t count, flagcxDataType_t dtype, uint64_t divisor);
+void fold(void *dst, const void *const *srcs, int n, size_t count, flagcxDataType_t dtype,
+          flagcxRedOp_t op);
 }  // namespace generic
 
 namespace avx2 {
 void reduce(void *dst, const void *a, const void *b, size_t count, flagcxDataType_t dtype,
             flagcxRedOp_t op);
 void divide(void *dst, const void *src, size_t count, flagcxDataType_t dtype, uint64_t divisor);
+void fold(void *dst, const void *const *srcs, int n, size_t count, flagcxDataType_t dtype,
+          flagcxRedOp_t op);
 }  // namespace avx2
 
 // Scalar conversions, exposed for tests (same code the kernels use).
