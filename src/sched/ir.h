@@ -42,6 +42,9 @@ enum class StepKind : uint8_t {
   RecvReduce,  // receive from peer, dst = dst op received
   Copy,        // dst = src (local)
   Reduce,      // dst = dst op src (local)
+  Fold,        // dst = ((s0 op s1) op s2) ... in the listed order (local;
+               // RankSchedule::folds[fold]); narrow floats accumulate in
+               // float32 and round once
 };
 
 struct Step {
@@ -50,11 +53,13 @@ struct Step {
   ChunkRef src;   // Send, Copy, Reduce
   ChunkRef dst;   // Recv, RecvReduce, Copy, Reduce
   int32_t stage;  // steps of one stage may run concurrently; stages run in order
+  int32_t fold = -1;  // Fold: index into RankSchedule::folds
 };
 
 // One rank's schedule.
 struct RankSchedule {
   std::vector<Step> steps;  // sorted by stage, then in script order
+  std::vector<std::vector<ChunkRef>> folds;  // the sources of each Fold step, in order
   int32_t nstages = 0;
   // An in-place call (input and output the same bytes, chunk for chunk) may
   // run on the one buffer without copying the input aside (sched/in_place.h;
@@ -73,6 +78,9 @@ struct Schedule {
   int32_t nranks = 0;
   int32_t root = 0;
   int32_t chunks = 0;   // N
+  // The script declares fold_order = "rank": every reduced output chunk is
+  // the rank-ordered left fold of the contributions (checked by the verifier).
+  bool foldOrder = false;
   std::vector<RankSchedule> ranks;  // all ranks (verifier) or only one (runtime: index 0 = self)
 };
 
