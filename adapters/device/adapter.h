@@ -32,6 +32,21 @@ struct StreamTask {
 // heterogeneous communicator; the value travels in the bootstrap's PeerInfo.
 enum class DeviceKind : int32_t { Host = 0, Cuda = 1 };
 
+// Scalar-free, vectorizable reduction kernels for CPU memory (every dtype x
+// op; half and bfloat16 go through float).  Exposed for tests and for the
+// shared-memory fast paths.
+flagcxResult_t hostReduce(void *dst, const void *a, const void *b, size_t count,
+                          flagcxDataType_t dtype, flagcxRedOp_t op);
+flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
+                          uint64_t divisor);
+// The rank-ordered left fold of n sources, element by element:
+// dst = ((srcs[0] op srcs[1]) op srcs[2]) ... op srcs[n-1], Avg then divided
+// by n.  float32/float64 (and integers) in their own arithmetic; half,
+// bfloat16 and FP8 accumulate in float32 and round once at the end (after
+// the division for Avg).  dst may be any one of the sources (same address).
+flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
+                        flagcxDataType_t dtype, flagcxRedOp_t op);
+
 class DeviceAdapter {
  public:
   virtual ~DeviceAdapter() = default;
@@ -97,6 +112,13 @@ class DeviceAdapter {
     flagcxResult_t r = reduceAsync(dst, a, b, count, dtype, op);
     return r != flagcxSuccess ? r : copyAsync(dst2, dst, count * getFlagcxDataTypeSize(dtype));
   }
+  // dst = the left fold of srcs[0..n-1] in that order (hostFold's contract:
+  // narrow floats accumulate in float32 and round once; Avg divides by n),
+  // issued like reduceAsync.  Default: hostFold, for memory the host reads.
+  virtual flagcxResult_t foldAsync(void *dst, const void *const *srcs, int n, size_t count,
+                                   flagcxDataType_t dtype, flagcxRedOp_t op) {
+    return hostFold(dst, srcs, n, count, dtype, op);
+  }
   // Many copies issued as one (the P2P engine's vectors of KV-cache blocks):
   // every pointer must be memory this adapter's kernels can address (device
   // memory of the current device, or another process's mapped into it).
@@ -148,20 +170,5 @@ DeviceAdapter *cudaAdapter();
 // The adapter chosen by FLAGCX_DEVICE (auto = cuda when usable, else host);
 // nullptr, with the reason logged, when the choice cannot be honoured.
 DeviceAdapter *selectedAdapter();
-
-// Scalar-free, vectorizable reduction kernels for CPU memory (every dtype x
-// op; half and bfloat16 go through float).  Exposed for tests and for the
-// shared-memory fast paths.
-flagcxResult_t hostReduce(void *dst, const void *a, const void *b, size_t count,
-                          flagcxDataType_t dtype, flagcxRedOp_t op);
-flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
-                          uint64_t divisor);
-// The rank-ordered left fold of n sources, element by element:
-// dst = ((srcs[0] op srcs[1]) op srcs[2]) ... op srcs[n-1], Avg then divided
-// by n.  float32/float64 (and integers) in their own arithmetic; half,
-// bfloat16 and FP8 accumulate in float32 and round once at the end (after
-// the division for Avg).  dst may be any one of the sources (same address).
-flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
-                        flagcxDataType_t dtype, flagcxRedOp_t op);
 
 }  // namespace flagcx
