@@ -110,6 +110,14 @@ extern "C" flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo) {
   return flagcxSuccess;
 }
 
+extern "C" flagcxResult_t flagcxCommSetDeterministic(flagcxComm_t comm, int on) {
+  API_CHECK(checkComm("flagcxCommSetDeterministic", comm));
+  if (on != 0 && on != 1)
+    return argError(flagcxInvalidArgument, kInit,
+                    "flagcxCommSetDeterministic: on is %d; it must be 0 or 1", on);
+  return commSetDeterministic(comm, on == 1);
+}
+
 extern "C" const char *flagcxGetLastError(flagcxComm_t comm) {
   if (comm && commIsLive(comm)) {
     std::string e = commAsyncErrorText(comm);

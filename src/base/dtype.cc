@@ -29,4 +29,16 @@ size_t dtypeSize(flagcxDataType_t dt) {
   }
 }
 
+bool dtypeIsFloat(flagcxDataType_t dt) {
+  switch (dt) {
+    case flagcxFloat16:
+    case flagcxBfloat16:
+    case flagcxFloat32:
+    case flagcxFloat64:
+    case flagcxFloat8e4m3:
+    case flagcxFloat8e5m2: return true;
+    default: return false;
+  }
+}
+
 }  // namespace flagcx

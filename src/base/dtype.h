@@ -9,5 +9,8 @@ namespace flagcx {
 
 const char *dtypeName(flagcxDataType_t dt);  // "float32", ...; "?" when invalid
 size_t dtypeSize(flagcxDataType_t dt);       // 0 when invalid
+// float16, bfloat16, float32, float64 and the 8-bit floats: the types whose
+// sums depend on their order.
+bool dtypeIsFloat(flagcxDataType_t dt);
 
 }  // namespace flagcx

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 
+#include "base/dtype.h"
+
 namespace flagcx {
 
 namespace {
@@ -33,6 +35,11 @@ bool opIsRooted(OpKind op) {
 
 bool opReduces(OpKind op) {
   return op == OpKind::AllReduce || op == OpKind::Reduce || op == OpKind::ReduceScatter;
+}
+
+bool foldsInOrder(const CollArgs &a) {
+  return opReduces(a.op) && dtypeIsFloat(a.dtype) &&
+         (a.redop == flagcxSum || a.redop == flagcxProd || a.redop == flagcxAvg);
 }
 
 }  // namespace flagcx

@@ -32,4 +32,9 @@ struct CollArgs {
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;  // alltoallv
 };
 
+// The calls deterministic mode covers (docs/DETERMINISM.md): a reduction
+// (allreduce, reduce, reducescatter) with Sum, Prod or Avg on a floating
+// type.  The others are exact in any order.
+bool foldsInOrder(const CollArgs &a);
+
 }  // namespace flagcx

@@ -274,10 +274,12 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   flagcxComm *raw = comm.get();
   env.connect = [raw](const std::vector<int> &peers) { return commConnect(raw, peers); };
   comm->exec = std::make_unique<Executor>(env);
-  if (!comm->ccl) {
-    // Device buffers read in place by same-host peers (CUDA IPC), when every
-    // rank is a CUDA rank of this host and allows it (a collective vote; the
-    // vendor decision above is the same on every rank).
+  comm->exec->setDeterministic(paramInt(Param::DETERMINISTIC) != 0);
+  {
+    // Set up even beside a vendor CCL, which leaves the engine the calls it
+    // cannot do our way (commColl).  Device buffers read in place by
+    // same-host peers (CUDA IPC), when every rank is a CUDA rank of this
+    // host and allows it (a collective vote, made on every rank).
     bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
     for (const PeerInfo &p : comm->bs->peers())
       canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
@@ -330,8 +332,34 @@ const VendorDirect *commVendorDirect(flagcxComm_t comm) {
   return on && comm && comm->ccl ? comm->ccl->direct() : nullptr;
 }
 
+namespace {
+// A call a vendor CCL cannot do our way: a deterministic reduction (its
+// order is not the rank-ordered fold) or an 8-bit float reduction (it
+// accumulates those in half precision; we promise float32).
+bool engineOnly(const flagcxComm *comm, const CollArgs &a) {
+  return comm->exec->ordered(a) ||
+         (opReduces(a.op) && (a.dtype == flagcxFloat8e4m3 || a.dtype == flagcxFloat8e5m2));
+}
+}  // namespace
+
 flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream) {
-  return comm->ccl ? comm->ccl->coll(args, stream) : comm->exec->enqueueColl(args, stream);
+  comm->collIssued.store(true, std::memory_order_relaxed);
+  // The executor's jobs keep stream order with the vendor's kernels: a job
+  // runs after the stream's earlier work and the stream's later work waits
+  // for it (DeviceAdapter::enqueue).
+  if (comm->ccl && !engineOnly(comm, args)) return comm->ccl->coll(args, stream);
+  return comm->exec->enqueueColl(args, stream);
+}
+
+flagcxResult_t commSetDeterministic(flagcxComm *comm, bool on) {
+  if (comm->collIssued.load(std::memory_order_relaxed))
+    return argError(flagcxInvalidUsage, kInit, "flagcxCommSetDeterministic: rank %d: the "
+                    "communicator has already issued a collective; set it before the first one "
+                    "(on every rank)", comm->rank);
+  comm->exec->setDeterministic(on);
+  INFO(kInit, "rank %d: deterministic reductions %s on this communicator", comm->rank,
+       on ? "on" : "off");
+  return flagcxSuccess;
 }
 
 flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,

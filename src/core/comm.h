@@ -2,6 +2,7 @@
 // the transports and their connections, the compiled schedules, and the
 // back end that runs operations (a vendor pass-through or the executor).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,7 +44,11 @@ struct flagcxComm {
   std::unique_ptr<flagcx::AlgoSet> algos;
   std::unique_ptr<flagcx::CclAdapter> ccl;  // vendor pass-through, when homogeneous
 
-  std::unique_ptr<flagcx::Executor> exec;  // the engine (unused when ccl is set)
+  // The engine: every collective without a vendor CCL; with one, the calls
+  // the vendor cannot do our way (commColl).
+  std::unique_ptr<flagcx::Executor> exec;
+  // A collective was issued: deterministic mode is fixed from then on.
+  std::atomic<bool> collIssued{false};
   std::mutex mu;          // guards lastError
   std::string lastError;  // what flagcxGetLastError(comm) returns
   // One-sided state, made by the first registration; declared last so that
@@ -69,6 +74,8 @@ flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers);
 // The operations, after the API's checks: through the vendor pass-through
 // when the communicator has one, else through the executor.
 flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream);
+// Deterministic mode for this communicator, before its first collective.
+flagcxResult_t commSetDeterministic(flagcxComm *comm, bool on);
 flagcxResult_t commP2P(flagcxComm *comm, bool isSend, void *buf, size_t bytes, int peer,
                        flagcxStream_t stream);
 

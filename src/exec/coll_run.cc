@@ -62,6 +62,9 @@ char *workBuf(ExecState *s, std::vector<char> &heap, GrowBuf &dev, size_t bytes)
 }
 
 bool isLocal(const Step &st) { return st.kind == StepKind::Copy || st.kind == StepKind::Reduce; }
+bool isMessage(const Step &st) {
+  return st.kind == StepKind::Send || st.kind == StepKind::Recv || st.kind == StepKind::RecvReduce;
+}
 
 // Where the local steps of steps[i, end) (one stage) that may wait for the
 // stage's messages begin: every local step from the returned index on writes
@@ -84,7 +87,7 @@ size_t firstLateLocal(const std::vector<Step> &steps, size_t i, size_t end, BufO
     bufOf(l.dst.buf).range(l.dst.chunk, &dp, &db);
     for (size_t m = i; m < end; m++) {
       const Step &x = steps[m];
-      if (isLocal(x)) continue;
+      if (!isMessage(x)) continue;
       bool send = x.kind == StepKind::Send;
       const ChunkRef &ref = send ? x.src : x.dst;
       char *p;
@@ -195,6 +198,7 @@ struct CollCall {
   int n = 0;
   size_t ts = 1;
   bool direct = false, isRoot = true, fuse = false, sinking = false;
+  bool ordered = false;  // a deterministic call: its schedule's Fold steps make the output
   int64_t chunkParam = 0;  // FLAGCX_NET_CHUNK_SIZE
   uint64_t tag = 0;
   char what[96] = {};
@@ -206,7 +210,15 @@ struct CollCall {
 flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
   const CollArgs &a = ci.a;
   size_t selectBytes = a.count * c->ts;
-  c->sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
+  // A deterministic call takes the ordered schedule, whose fold_order the
+  // verifier proved, whatever FLAGCX_ALGO or the tuning would pick.
+  c->ordered = ci.ordered;
+  c->sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);  // SELECT_ORDERED
+  if (c->sch && ci.ordered && !c->sch->foldOrder) {
+    WARN(kColl, "rank %d: %s: the schedule %s has no proven fold_order", s->rank, opName(a.op),
+         c->sch->algo.c_str());
+    return flagcxInternalError;
+  }
   if (!c->sch) {
     WARN(kColl, "rank %d: no schedule for %s (%zu bytes, root %d)", s->rank, opName(a.op),
          selectBytes, a.root);
@@ -231,7 +243,7 @@ flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
   ci.flight = c->fe;
   c->isRoot = !rooted || s->rank == a.root;
   c->tag = collTag(ci.seq, a.op, a.dtype, rooted ? a.root : 0,
-                   a.op == OpKind::AlltoAllv ? 0 : a.count);
+                   a.op == OpKind::AlltoAllv ? 0 : a.count, ci.ordered);
   s->curTag = c->tag;
   snprintf(c->what, sizeof(c->what), "%s/%s #%llu", opName(a.op), c->sch->algo.c_str(),
            static_cast<unsigned long long>(ci.seq));
@@ -339,14 +351,16 @@ void planCopies(ExecState *s, CollCall *c) {
   const CollArgs &a = *c->a;
   const RankSchedule &rs = *c->rs;
   auto bufOf = [c](BufKind b) -> const Bound & { return c->buf(b); };
-  c->fuse = !c->direct && !s->sched->staged.gate.base && opReduces(a.op) && paramInt(Param::FUSE_COPIES) != 0;
+  // (fuseCopies does not follow a Fold's sources: not with Fold steps.)
+  c->fuse = !c->direct && !s->sched->staged.gate.base && opReduces(a.op) && rs.folds.empty() &&
+            paramInt(Param::FUSE_COPIES) != 0;
   if (c->fuse)
     g_fused.fetch_add(fuseCopies(rs.steps, bufOf, &s->sched->scratchFuseSkip, &s->sched->scratchFuseBase),
                       std::memory_order_relaxed);
   c->chunkParam = paramInt(Param::NET_CHUNK_SIZE);
   const StageSink &sink = s->sched->staged.sink;
   c->sinking = !c->direct && sink.host && c->out.base == sink.host && a.op != OpKind::AlltoAllv &&
-               !(a.redop == flagcxAvg && opReduces(a.op));
+               !(a.redop == flagcxAvg && opReduces(a.op) && !c->ordered);
   if (!c->sinking) return;
   std::vector<int> &lastWrite = s->sched->scratchLastWrite;
   lastWrite.assign(static_cast<size_t>(c->out.nchunks), -1);
@@ -371,6 +385,40 @@ flagcxResult_t sinkChunks(ExecState *s, const CollCall &c, int stage) {
   return flagcxSuccess;
 }
 
+// A Fold step: dst = the left fold of its sources in the listed order (the
+// adapter's kernel on device memory in direct mode, else hostFold on the
+// host copies).  Its sources arrived by plain receives in earlier stages.
+flagcxResult_t runFold(ExecState *s, const CollCall &c, const Step &st) {
+  const RankSchedule &rs = *c.rs;
+  if (st.fold < 0 || static_cast<size_t>(st.fold) >= rs.folds.size() || rs.folds[static_cast<size_t>(st.fold)].empty()) {
+    WARN(kColl, "rank %d: %s: %s names no sources", s->rank, c.what, stepText(st).c_str());
+    return flagcxInternalError;
+  }
+  const std::vector<ChunkRef> &from = rs.folds[static_cast<size_t>(st.fold)];
+  char *dp;
+  size_t db;
+  c.buf(st.dst.buf).range(st.dst.chunk, &dp, &db);
+  std::vector<const void *> &srcs = s->sched->scratchFoldSrcs;
+  srcs.clear();
+  for (const ChunkRef &ref : from) {
+    char *sp;
+    size_t sb;
+    c.buf(ref.buf).range(ref.chunk, &sp, &sb);
+    if (sb != db) {
+      WARN(kColl, "rank %d: %s: %s folds %zu bytes into %zu", s->rank, c.what,
+           stepText(st).c_str(), sb, db);
+      return flagcxInternalError;
+    }
+    if (!c.direct) FLAGCX_CHECK(gateWait(s, sp, sb));
+    srcs.push_back(sp);
+  }
+  if (!db) return flagcxSuccess;
+  const int n = static_cast<int>(srcs.size());
+  const CollArgs &a = *c.a;
+  return c.direct ? s->dev->foldAsync(dp, srcs.data(), n, db / c.ts, a.dtype, a.redop)
+                  : hostFold(dp, srcs.data(), n, db / c.ts, a.dtype, a.redop);
+}
+
 // Plan a stage, part 1: its local steps.  Those from firstLateLocal's cut
 // on go into `late` (run while the stage's messages move, on the host);
 // the ones before it run now.
@@ -383,6 +431,9 @@ flagcxResult_t stageLocals(ExecState *s, const CollCall &c, size_t i, size_t end
   late.start(a.dtype, a.redop);
   for (size_t k = i; k < end; k++) {
     const Step &st = steps[k];
+    // (A Fold depends on no message of its stage, and none on it: the
+    // verifier's stage rule; it runs now.)
+    if (st.kind == StepKind::Fold) FLAGCX_CHECK(runFold(s, c, st));
     if (!isLocal(st) || (c.fuse && s->sched->scratchFuseSkip[k])) continue;
     char *sp, *dp;
     size_t sb, db;
@@ -430,7 +481,7 @@ void stageXfers(ExecState *s, const CollCall &c, size_t i, size_t end, std::vect
   size_t landOff = 0;
   for (size_t k = i; k < end; k++) {
     const Step &st = steps[k];
-    if (isLocal(st)) continue;
+    if (!isMessage(st)) continue;
     char *p;
     size_t b;
     bool isSend = st.kind == StepKind::Send;
@@ -493,7 +544,8 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     FLAGCX_CHECK(sinkChunks(s, c, -1));  // chunks no step wrote go back as they are
     s->sched->staged.sink.used = true;
   }
-  if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot) {
+  // (An ordered call's Fold divided already.)
+  if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot && !c.ordered) {
     // Every reducing op's output holds `count` elements (reducescatter: its block).
     if (c.direct)
       FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(c.n), nullptr));

@@ -286,6 +286,8 @@ flagcxResult_t Executor::setup(bool canDirect) {
 }
 
 ExecMode Executor::mode() const { return s_->mode; }
+void Executor::setDeterministic(bool on) { s_->deterministic = on; }
+bool Executor::ordered(const CollArgs &a) const { return s_->deterministic && foldsInOrder(a); }
 
 flagcxResult_t Executor::enqueueP2P(bool isSend, void *buf, size_t bytes, int peer,
                                     flagcxStream_t stream) {
@@ -305,6 +307,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
   ci.a = args;
   ci.seq = s_->collSeq++;
   ci.flight = nullptr;
+  ci.ordered = ordered(args);
   if (args.op == OpKind::AlltoAllv) {
     size_t n = static_cast<size_t>(s_->nranks);
     ci.v.resize(4 * n);

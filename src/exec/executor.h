@@ -55,6 +55,12 @@ class Executor {
   // (`canDirect`: this rank's view, from the communicator); the ranks vote.
   flagcxResult_t setup(bool canDirect);
   ExecMode mode() const;
+  // Deterministic mode (docs/DETERMINISM.md): the calls foldsInOrder names
+  // give the rank-ordered left fold on every path.  Set before the first
+  // collective (the communicator checks that).
+  void setDeterministic(bool on);
+  // Whether this call folds in rank order here.
+  bool ordered(const CollArgs &a) const;
 
   // Called by the API after validation: queue in the thread's open group
   // or run now.

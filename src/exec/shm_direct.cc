@@ -36,8 +36,11 @@
 //
 // Reductions put the rank that owns the destination first (in place its
 // input is read before it is overwritten), then the others in rank order;
-// each piece of the output is computed by one rank and copied to the
-// others, so every rank gets the same bits.  Mappings of a peer's
+// a deterministic call (CollItem::ordered) folds every rank's input in rank
+// order in one pass instead (hostFold / foldAsync: it reads every source
+// before it writes, so in place is safe too).  Each piece of the output is
+// computed by one rank and copied to the others, so every rank gets the same
+// bits.  Mappings of a peer's
 // allocation stay until the peer reports a free (host::memFreeCount moved)
 // and this call does not use them, or the communicator ends.
 #include <algorithm>
@@ -175,8 +178,9 @@ struct DirectCall {
   int n, me;
   size_t ts, bytes;  // bytes: one rank's share
   bool onDevice;
+  bool ordered;      // fold in rank order (deterministic mode)
   DeviceAdapter *dev;
-  flagcxRedOp_t op;  // Avg reduces as Sum, then divides
+  flagcxRedOp_t op;  // Avg reduces as Sum, then divides (not when ordered: the fold divides)
   size_t piece;
   char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
 
@@ -191,12 +195,20 @@ struct DirectCall {
     return flagcxSuccess;
   }
   // dst[0, count) = the reduction of src(q)[0, count) over q, `first` first.
+  // Ordered: the fold of src(0..n-1)[0, count) in rank order.
   template <class Src>
   flagcxResult_t reduceInto(char *dst, int first, Src src, size_t count) const {
     const size_t pe = std::min(piece, std::max<size_t>(count, 1));
     const int second = first == 0 ? 1 : 0;
     for (size_t off = 0; off < count; off += pe) {
       const size_t c = std::min(pe, count - off), bo = off * ts;
+      if (ordered) {
+        const void *srcs[kMaxRanks];
+        for (int q = 0; q < n; q++) srcs[q] = src(q) + bo;
+        FLAGCX_CHECK(onDevice ? dev->foldAsync(dst + bo, srcs, n, c, a->dtype, a->redop)
+                              : hostFold(dst + bo, srcs, n, c, a->dtype, a->redop));
+        continue;
+      }
       FLAGCX_CHECK(reduce2(dst + bo, src(first) + bo, src(second) + bo, c));
       for (int q = 0; q < n; q++)
         if (q != first && q != second) FLAGCX_CHECK(reduce2(dst + bo, dst + bo, src(q) + bo, c));
@@ -280,7 +292,11 @@ flagcxResult_t directReduce(const DirectCall &dc) {
       // result into every peer's output while it is still in cache.
       // Streaming stores there when the message is too large to stay in the
       // caches anyway (no read of lines the peer's core holds).
-      if (dc.onDevice && n == 2 && a.redop != flagcxAvg) {
+      // (Two floats are added and multiplied commutatively, so this is the
+      // rank-ordered fold too, except for Avg and for the narrow floats,
+      // whose fold rounds once.)
+      const bool foldOk = !dc.ordered || a.dtype == flagcxFloat32 || a.dtype == flagcxFloat64;
+      if (dc.onDevice && n == 2 && a.redop != flagcxAvg && foldOk) {
         // One kernel reads both inputs once and writes both outputs.
         const size_t o = dc.lo(me) * ts;
         return dc.dev->reduce2Async(dc.recv[me] + o, dc.recv[1 - me] + o, dc.send[me] + o,
@@ -371,7 +387,7 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   const char *what = directWhat(a.op);
   // The rings' tag for this call: a rank that falls back to them below
   // sends frames with it, which its peers must not take for a mismatch.
-  s->curTag = collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : 0, a.count);
+  s->curTag = collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : 0, a.count, ci.ordered);
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-direct", a.count * ts, a.dtype,
                               opIsRooted(a.op) ? a.root : -1);
   DirectDesc d = describeBuffers(s, ci, sm->oneProcess);
@@ -396,7 +412,7 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   if (!ok) return fallBack(s, ci, true);
 
   // 5. Map what this rank touches; tell the others whether it could.
-  DirectCall dc{&a, n, me, ts, a.count * ts, s->mode == ExecMode::Direct, s->dev,
+  DirectCall dc{&a, n, me, ts, a.count * ts, s->mode == ExecMode::Direct, ci.ordered, s->dev,
                 a.redop == flagcxAvg ? flagcxSum : a.redop, 0};
   dc.piece = dc.onDevice ? SIZE_MAX : std::max<size_t>(kPiece / ts, 1);
   bool mapped = mapPeers(s, ci, word, dc);

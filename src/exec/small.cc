@@ -198,7 +198,7 @@ namespace {
 uint64_t blockTag(const CollItem &ci) {
   const CollArgs &a = ci.a;
   return collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : -1,
-                 a.op == OpKind::Barrier ? 0 : a.count);
+                 a.op == OpKind::Barrier ? 0 : a.count, ci.ordered);
 }
 }  // namespace
 
@@ -257,7 +257,7 @@ void BlockPath::passOver(const CollItem &ci) {
   a->word.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   a->tag.store(collTag(ci.seq, ci.a.op, ci.a.dtype, opIsRooted(ci.a.op) ? ci.a.root : -1,
-                       ci.a.count),
+                       ci.a.count, ci.ordered),
                std::memory_order_relaxed);
   sm->released(&a->word);
   a->word.store(ci.seq + 1, std::memory_order_release);
@@ -395,9 +395,15 @@ flagcxResult_t BlockPath::run(CollItem &ci) {
 
   // 4. This rank's output from the slots (every slot is a copy: in-place
   // calls need no care).  Reductions run in rank order: the same bits on
-  // every rank.
+  // every rank; a deterministic call's are one fold over the slots (the
+  // narrow floats accumulate in float32 and round once, Avg divides inside).
   char *out = static_cast<char *>(a.recv);
   auto reduceAll = [&](char *dst, size_t off) -> flagcxResult_t {
+    if (ci.ordered) {
+      std::array<const void *, kMaxRanks> srcs;
+      for (int q = 0; q < n; q++) srcs[static_cast<size_t>(q)] = sm->data(q, p) + off;
+      return hostFold(dst, srcs.data(), n, a.count, a.dtype, a.redop);
+    }
     flagcxRedOp_t op = a.redop == flagcxAvg ? flagcxSum : a.redop;
     if (n == 1) {
       copyBytes(dst, sm->data(0, p) + off, bytes);

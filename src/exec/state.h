@@ -52,6 +52,7 @@ struct CollItem {
   CollArgs a;
   uint64_t seq;
   std::vector<size_t> v;  // alltoallv counts/displacements, copied at call time
+  bool ordered = false;   // folds in rank order (deterministic mode, foldsInOrder)
   FlightEntry *flight = nullptr;
 };
 
@@ -256,6 +257,7 @@ class SchedulePath final : public CollPath {
   std::vector<int> scratchLastWrite;
   std::vector<char> scratchFuseSkip;          // runColl's fuseCopies
   std::vector<const char *> scratchFuseBase;
+  std::vector<const void *> scratchFoldSrcs;  // runFold's sources
   std::vector<Xfer> scratchXfers;
   LocalWork scratchLocal;
   std::vector<int> scratchPeers, stepPeers;
@@ -340,6 +342,7 @@ struct ExecState {
   std::vector<Job *> freeJobs;             // the idle ones
   uint64_t collSeq = 0;  // collectives issued (the same sequence on every rank)
   uint64_t curTag = 0;   // tag of the operation running (for error frames)
+  bool deterministic = false;  // reductions on floating types fold in rank order
 
   // The paths.  A call is offered to the one-host paths that may take
   // calls on this communicator (set at setup: the block in host mode,
