@@ -248,10 +248,10 @@ void bindChunks(ExecState *s, const CollItem &ci, CollCall *c) {
   in.ts = out.ts = scr.ts = c->ts;
   in.nchunks = bufChunks(a.op, BufKind::Input, N, n);
   out.nchunks = bufChunks(a.op, BufKind::Output, N, n);
-  scr.nchunks = N;
+  scr.nchunks = N * c->sch->scratchCopies;  // copies of the data space (sched/ir.h)
   in.total = opInputIsBlock(a.op) ? a.count : full;
   out.total = opOutputIsBlock(a.op) ? a.count : full;
-  scr.total = full;
+  scr.total = full * static_cast<size_t>(c->sch->scratchCopies);
   if (a.op == OpKind::AlltoAllv) {
     // A rank with nothing to send or receive still runs the schedule: the
     // others exchange (empty) messages with it, and that rank's view alone
@@ -383,6 +383,10 @@ flagcxResult_t stageLocals(ExecState *s, const CollCall &c, size_t i, size_t end
   late.start(a.dtype, a.redop);
   for (size_t k = i; k < end; k++) {
     const Step &st = steps[k];
+    if (st.kind == StepKind::Fold) {
+      WARN(kColl, "rank %d: %s: fold steps run in deterministic mode only", s->rank, c.what);
+      return flagcxInternalError;
+    }
     if (!isLocal(st) || (c.fuse && s->sched->scratchFuseSkip[k])) continue;
     char *sp, *dp;
     size_t sb, db;

@@ -60,13 +60,13 @@ class Verifier {
     std::string w = what;
     if (rank >= 0 && step >= 0) {
       const Step &x = s_.ranks[rank].steps[step];
-      w = "(stage " + std::to_string(x.stage) + ", " + stepText(x) + ") " + what;
+      w = "(stage " + std::to_string(x.stage) + ", " + stepText(x, &s_.ranks[rank]) + ") " + what;
     }
     *err_ = head(rank, step) + w;
     return false;
   }
   bool barrier() const { return s_.op == OpKind::Barrier; }
-  int nb(BufKind b) const { return bufChunks(s_.op, b, N_, n_); }
+  int nb(BufKind b) const { return bufChunks(s_.op, b, N_, n_, s_.scratchCopies); }
   bool hasInput(int r) const {
     return !((s_.op == OpKind::Broadcast || s_.op == OpKind::Scatter) && r != s_.root);
   }
@@ -87,6 +87,8 @@ class Verifier {
     if (s_.op == OpKind::AlltoAllv && N_ != n_)
       return fail(-1, -1, "alltoallv needs chunks(nranks) == nranks (chunk k = block of peer k)");
     if (s_.root < 0 || s_.root >= n_) return fail(-1, -1, "root out of range");
+    if (s_.scratchCopies < 1 || int64_t(s_.scratchCopies) * N_ > (1 << 20))
+      return fail(-1, -1, "scratch_copies must be at least 1, at most 2^20 chunks in all");
     return true;
   }
 
@@ -144,14 +146,32 @@ class Verifier {
             if (x.src.buf == x.dst.buf && x.src.chunk == x.dst.chunk)
               return fail(r, i, "source and destination are the same chunk");
             break;
+          case StepKind::Fold: {
+            const std::vector<ChunkRef> *src = foldSources(rs, x);
+            if (!src || src->empty()) return fail(r, i, "a fold needs a list of sources");
+            for (const ChunkRef &c : *src)
+              if (!checkRef(r, i, c, false)) return false;
+            if (!checkRef(r, i, x.dst, true)) return false;
+            break;
+          }
         }
-        if (x.kind == StepKind::Reduce || x.kind == StepKind::RecvReduce) {
+        if (x.kind == StepKind::Reduce || x.kind == StepKind::RecvReduce || x.kind == StepKind::Fold) {
           if (!opReduces(s_.op) && !barrier())
             return fail(r, i, std::string("reduces, but ") + opName(s_.op) + " is not a reduction");
         }
       }
     }
     return true;
+  }
+
+  // The chunks a fold reads (its sources; one that is also its destination
+  // counts as the write only: the fold reads it before it writes) and writes.
+  template <class F>
+  static void foldUses(const RankSchedule &rs, const Step &x, F use) {
+    const std::vector<ChunkRef> *src = foldSources(rs, x);
+    for (const ChunkRef &c : *src)
+      if (c.buf != x.dst.buf || c.chunk != x.dst.chunk) use(c, false);
+    use(x.dst, true);
   }
 
   // Steps of one stage run concurrently: none may write a chunk another reads
@@ -180,6 +200,7 @@ class Verifier {
           int ii = static_cast<int>(i);
           if (x.kind == StepKind::Send) use(x.src, ii, false);
           else if (x.kind == StepKind::Recv || x.kind == StepKind::RecvReduce) use(x.dst, ii, true);
+          else if (x.kind == StepKind::Fold) foldUses(s_.ranks[r], x, [&](const ChunkRef &c, bool w) { use(c, ii, w); });
           else use(x.src, ii, false), use(x.dst, ii, true);
         }
         std::sort(uses.begin(), uses.end(), [](const Use &p, const Use &q) {
@@ -224,6 +245,9 @@ class Verifier {
         case StepKind::RecvReduce: ok = touch(x.dst, true); break;
         case StepKind::Copy:
         case StepKind::Reduce: ok = touch(x.src, false) && touch(x.dst, true); break;
+        case StepKind::Fold:
+          foldUses(s_.ranks[r], x, [&](const ChunkRef &c, bool w) { ok = ok && touch(c, w); });
+          break;
       }
       if (!ok) return false;
     }
@@ -304,7 +328,7 @@ class Verifier {
       default: T = count * n_;
     }
     int nbuf = nb(c.buf);
-    uint64_t TB = nbuf == N_ ? T : T / n_;
+    uint64_t TB = c.buf == BufKind::Scratch ? T * s_.scratchCopies : nbuf == N_ ? T : T / n_;
     auto at = [&](uint64_t k) { return k * TB / nbuf; };
     return at(c.chunk + 1) - at(c.chunk);
   }
@@ -330,6 +354,16 @@ class Verifier {
             if (a != z)
               return fail(r, i, "source has " + std::to_string(a) + " elements, destination " +
                                     std::to_string(z) + " (count=" + std::to_string(count) + ")");
+          } else if (x.kind == StepKind::Fold) {
+            const std::vector<ChunkRef> &src = *foldSources(s_.ranks[r], x);
+            uint64_t z = chunkSize(r, x.dst, count);
+            for (size_t k = 0; k < src.size(); k++) {
+              uint64_t a = chunkSize(r, src[k], count);
+              if (a != z)
+                return fail(r, i, "source " + std::to_string(k + 1) + " (" + refText(src[k]) +
+                                      ") has " + std::to_string(a) + " elements, destination " +
+                                      std::to_string(z) + " (count=" + std::to_string(count) + ")");
+            }
           }
         }
       }
@@ -351,7 +385,7 @@ class Verifier {
     int ni = nb(BufKind::Input), no = nb(BufKind::Output);
     for (int r = 0; r < n_; r++) {
       std::vector<ChunkState> &c = st_[r];
-      c.assign(ni + no + N_, {});
+      c.assign(ni + no + nb(BufKind::Scratch), {});
       if (!hasInput(r)) continue;
       for (int k = 0; k < ni; k++) {
         int d = ni == N_ ? k : r * ni + k;
@@ -433,6 +467,18 @@ class Verifier {
           if (!readable(r, i, x.src) || !readable(r, i, x.dst)) return false;
           ContribSet src = chunk(r, x.src).items;
           chunk(r, x.dst).items.add(src);
+          break;
+        }
+        case StepKind::Fold: {
+          if (barrier()) break;
+          ContribSet sum;
+          for (const ChunkRef &c : *foldSources(s_.ranks[r], x)) {
+            if (!readable(r, i, c)) return false;
+            sum.add(chunk(r, c).items);
+          }
+          ChunkState &d = chunk(r, x.dst);
+          d.valid = true;
+          d.items = std::move(sum);
           break;
         }
       }
@@ -588,8 +634,14 @@ bool verifyScript(Script &script, const Topo &t, std::string *err, std::string *
   Schedule s;
   if (!script.compileAll(t, 0, &s, err)) return false;
   if (!verifySchedule(s, err)) return false;
-  // Rooted ops run every root from this schedule, relabelled (script.h):
-  // check the relabelling too, at the root farthest from 0.
+  // A rooted fold_order script is built at each root: verify each.
+  if (opIsRooted(script.op()) && script.foldOrder()) {
+    for (int root = 1; root < t.nranks; root++)
+      if (!script.compileAll(t, root, &s, err) || !verifySchedule(s, err)) return false;
+    return true;
+  }
+  // Other rooted ops run every root from this schedule, relabelled
+  // (script.h): check the relabelling too, at the root farthest from 0.
   if (opIsRooted(script.op()) && t.nranks > 1) {
     relabelRoot(&s, t.nranks - 1);
     if (!verifySchedule(s, err)) return false;

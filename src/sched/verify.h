@@ -28,7 +28,8 @@ bool verifySchedule(const Schedule &s, std::string *err);
 
 // Compiles `script` for every rank and verifies it.  Rooted ops are built
 // for root 0 and relabelled for other roots (script.h), so the root-0
-// schedule and its relabelling to root n-1 are verified.  When the script does
+// schedule and its relabelling to root n-1 are verified (a fold_order
+// script, built at each root, is verified at every root).  When the script does
 // not apply at this topology (its `requires`), returns true and sets
 // *skipped to the reason (an empty *skipped means it was verified).
 bool verifyScript(Script &script, const Topo &t, std::string *err,
