@@ -1,6 +1,8 @@
 // Names of the IR's enums, shared by the compiler, verifier, tuner and tools.
 #include "sched/ir.h"
 
+#include <algorithm>
+
 #include "sched/ir_names.h"
 
 namespace flagcx {
@@ -70,7 +72,8 @@ std::string stepText(const Step &s, const RankSchedule *rs) {
   return t;
 }
 
-void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs) {
+void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs,
+                  bool rankOrderedFolds) {
   if (nranks < 1) return;
   root = ((root % nranks) + nranks) % nranks;
   if (root == 0) return;
@@ -87,8 +90,12 @@ void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs
     if (stepReadsSrc(s.kind)) move(s.src);
     if (s.kind != StepKind::Send) move(s.dst);
   }
-  for (std::vector<ChunkRef> &f : rs->folds)
+  for (std::vector<ChunkRef> &f : rs->folds) {
     for (ChunkRef &c : f) move(c);
+    // Position k held rank k's part at root 0, now rank (k + root)'s.
+    if (rankOrderedFolds && static_cast<int>(f.size()) == nranks)
+      std::rotate(f.begin(), f.end() - root, f.end());
+  }
 }
 
 void relabelRoot(Schedule *s, int root) {
@@ -98,7 +105,7 @@ void relabelRoot(Schedule *s, int root) {
   std::vector<RankSchedule> moved(n);
   for (int r = 0; r < n; r++) {
     moved[r] = std::move(s->ranks[(r - root + n) % n]);
-    relabelSteps(s->op, n, s->chunks, root, &moved[r]);
+    relabelSteps(s->op, n, s->chunks, root, &moved[r], s->foldOrder);
   }
   s->ranks = std::move(moved);
   s->root = (s->root + root) % n;

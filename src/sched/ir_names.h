@@ -31,9 +31,13 @@ std::string refText(const ChunkRef &r);  // "output[3]"
 // scatter the chunks of full-size buffers (gather's output, scatter's input,
 // every copy of scratch) move by `root` blocks of N/n chunks, so that block b stays rank
 // b's block (fold sources too).  Own-block buffers and reduce/broadcast
-// chunks do not move.
+// chunks do not move.  With rankOrderedFolds (a fold_order script), a fold
+// of nranks sources is also rotated by `root` places: source k, rank k's
+// part at root 0, belongs to rank (k + root) mod n, so it moves to position
+// (k + root) mod n and a fold listed in rank order stays in rank order.
 // This is a symmetry of the op: a correct root-0 schedule stays correct.
-void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs);
+void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs,
+                  bool rankOrderedFolds = false);
 // A whole schedule (every rank) built for root 0, moved to `root`.
 void relabelRoot(Schedule *s, int root);
 // "send output[3] -> rank 2"; a fold lists its sources when `rs` (the rank's

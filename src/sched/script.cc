@@ -32,7 +32,7 @@ size_t maxStepsPerRank(int nranks, int nchunks) {
 // The builder behind one call of build(s).
 struct BuildCtx {
   OpKind op;
-  int nranks, rank, rph, nchunks, scratchCopies, root;
+  int nranks, rank, rph, nchunks, scratchCopies;
   int refMeta;  // registry reference of the chunk-reference metatable
   size_t maxSteps;
   RankSchedule *out;
@@ -224,7 +224,7 @@ void pushBuilder(lua_State *L, BuildCtx *c) {
   };
   setInt("rank", c->rank);
   setInt("nranks", c->nranks);
-  setInt("root", c->root);  // 0 unless built at each root (script.h)
+  setInt("root", 0);  // rooted ops are built for root 0 and relabelled
   setInt("chunks", c->nchunks);
   setInt("block", c->nranks > 0 ? c->nchunks / c->nranks : 0);
   lua_pushstring(L, opName(c->op));
@@ -488,12 +488,12 @@ bool Script::cost(const Topo &t, double *steps, double *bytes, std::string *err)
          numberField("cost", "bytes", t, 1.0, bytes, err);
 }
 
-bool Script::buildRank(const Topo &t, int nchunks, int copies, int rank, int root,
-                       RankSchedule *out, std::string *err) {
+bool Script::buildRank(const Topo &t, int nchunks, int copies, int rank, RankSchedule *out,
+                       std::string *err) {
   out->steps.clear();  // keeps what the caller reserved
   out->folds.clear();
   out->nstages = 0;
-  BuildCtx c{op_, t.nranks, rank, t.ranksPerHost, nchunks, copies, root, refMeta_,
+  BuildCtx c{op_, t.nranks, rank, t.ranksPerHost, nchunks, copies, refMeta_,
              maxStepsPerRank(t.nranks, nchunks), out};
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
   rawField(L_, -1, "build");
@@ -531,14 +531,11 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
     *err = where(*this, t, -1) + e;
     return false;
   }
-  // Rooted: built at root 0 and relabelled, or at the root itself (a
-  // fold_order script: relabelling would reorder its folds' contributions).
-  bool atRoot = opIsRooted(op_) && foldOrder_;
-  int shift = opIsRooted(op_) && !atRoot ? root : 0;
+  int shift = opIsRooted(op_) ? root : 0;
   out->op = op_;
   out->algo = name_;
   out->nranks = t.nranks;
-  out->root = opIsRooted(op_) ? root : 0;
+  out->root = shift;
   out->chunks = nchunks;
   out->scratchCopies = copies;
   out->foldOrder = foldOrder_;
@@ -551,7 +548,7 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
     RankSchedule &rs = count == 1 ? one : out->ranks[i];
     if (count == 1) one.steps.swap(buildBuf_);
     else if (i > 0) rs.steps.reserve(out->ranks[i - 1].steps.size());
-    bool ok = buildRank(t, nchunks, copies, v, atRoot ? root : 0, &rs, &e);
+    bool ok = buildRank(t, nchunks, copies, v, &rs, &e);
     if (count == 1) {
       out->ranks[0].steps.assign(rs.steps.begin(), rs.steps.end());
       out->ranks[0].folds = std::move(rs.folds);
@@ -562,7 +559,7 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
       *err = where(*this, t, v) + e;
       return false;
     }
-    if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i]);
+    if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i], foldOrder_);
     int inChunks = bufChunks(op_, BufKind::Input, nchunks, t.nranks);
     int outChunks = bufChunks(op_, BufKind::Output, nchunks, t.nranks);
     out->ranks[i].inPlaceNoCopy = inChunks == outChunks &&

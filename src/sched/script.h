@@ -4,10 +4,9 @@
 // Rooted ops (broadcast, reduce, gather, scatter) are built for root 0 (the
 // script sees s.root == 0) and moved to the call's root by relabelling
 // (ir_names.h: relabelRoot): rank r runs what rank (r - root) mod n runs for
-// root 0.  One verified root-0 schedule thus stands for every root.  The
-// exception is a script declaring fold_order: the order of its folds names
-// real ranks, which relabelling would rotate, so it is built at each root
-// (s.root is the call's root) and verified at each.
+// root 0.  One verified root-0 schedule thus stands for every root (for a
+// fold_order script too: relabelling turns a fold of n sources listed in
+// rank order at root 0 into one listed in rank order at the root).
 //
 // Cost: compiling one rank runs its build once; time and memory are
 // proportional to the steps it adds (each step is a 32-byte Step, built in a
@@ -95,7 +94,7 @@ class Script {
   bool callField(const char *field, const Topo &t, int nresults, std::string *err);
   bool compileRanks(const Topo &t, int root, int first, int count, Schedule *out,
                     std::string *err);
-  bool buildRank(const Topo &t, int nchunks, int copies, int rank, int root, RankSchedule *out,
+  bool buildRank(const Topo &t, int nchunks, int copies, int rank, RankSchedule *out,
                  std::string *err);
   bool numberField(const char *table, const char *field, const Topo &t, double def, double *v,
                    std::string *err);

@@ -252,6 +252,7 @@ int cmdList() {
     if (Script::load(a.path, &s, &err)) {
       req = s->requirements();
       summary = s->description().empty() ? "-" : s->description();
+      if (s->foldOrder()) summary += " [fold_order]";
     } else {
       summary = "BROKEN: " + err;
       rc = 1;
@@ -346,9 +347,10 @@ int cmdShow(const Args &a) {
   Schedule s = compileOrDie(*v[0].script, a, n);
   std::string err;
   bool ok = verifySchedule(s, &err);
-  std::printf("%s nranks=%d%s chunks=%d  (%s)\n", v[0].label.c_str(), n,
+  std::printf("%s nranks=%d%s chunks=%d%s%s  (%s)\n", v[0].label.c_str(), n,
               opIsRooted(s.op) ? (" root=" + std::to_string(s.root)).c_str() : "", s.chunks,
-              ok ? "verified" : err.c_str());
+              s.scratchCopies > 1 ? (" scratch_copies=" + std::to_string(s.scratchCopies)).c_str() : "",
+              s.foldOrder ? " fold_order" : "", ok ? "verified" : err.c_str());
   for (int r = 0; r < n; r++) {
     if (a.rank >= 0 && r != a.rank) continue;
     const RankSchedule &rs = s.ranks[r];
