@@ -213,7 +213,8 @@ flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
   // A deterministic call takes the ordered schedule, whose fold_order the
   // verifier proved, whatever FLAGCX_ALGO or the tuning would pick.
   c->ordered = ci.ordered;
-  c->sch = s->env.algos->select(a.op, selectBytes, a.dtype, a.root);  // SELECT_ORDERED
+  c->sch = ci.ordered ? s->env.algos->selectOrdered(a.op, a.root)
+                      : s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
   if (c->sch && ci.ordered && !c->sch->foldOrder) {
     WARN(kColl, "rank %d: %s: the schedule %s has no proven fold_order", s->rank, opName(a.op),
          c->sch->algo.c_str());
@@ -260,10 +261,10 @@ void bindChunks(ExecState *s, const CollItem &ci, CollCall *c) {
   in.ts = out.ts = scr.ts = c->ts;
   in.nchunks = bufChunks(a.op, BufKind::Input, N, n);
   out.nchunks = bufChunks(a.op, BufKind::Output, N, n);
-  scr.nchunks = N;
+  scr.nchunks = N * c->sch->scratchCopies;  // copies of the data space (sched/ir.h)
   in.total = opInputIsBlock(a.op) ? a.count : full;
   out.total = opOutputIsBlock(a.op) ? a.count : full;
-  scr.total = full;
+  scr.total = full * static_cast<size_t>(c->sch->scratchCopies);
   if (a.op == OpKind::AlltoAllv) {
     // A rank with nothing to send or receive still runs the schedule: the
     // others exchange (empty) messages with it, and that rank's view alone
@@ -391,7 +392,7 @@ flagcxResult_t sinkChunks(ExecState *s, const CollCall &c, int stage) {
 flagcxResult_t runFold(ExecState *s, const CollCall &c, const Step &st) {
   const RankSchedule &rs = *c.rs;
   if (st.fold < 0 || static_cast<size_t>(st.fold) >= rs.folds.size() || rs.folds[static_cast<size_t>(st.fold)].empty()) {
-    WARN(kColl, "rank %d: %s: %s names no sources", s->rank, c.what, stepText(st).c_str());
+    WARN(kColl, "rank %d: %s: %s names no sources", s->rank, c.what, stepText(st, &rs).c_str());
     return flagcxInternalError;
   }
   const std::vector<ChunkRef> &from = rs.folds[static_cast<size_t>(st.fold)];
@@ -406,7 +407,7 @@ flagcxResult_t runFold(ExecState *s, const CollCall &c, const Step &st) {
     c.buf(ref.buf).range(ref.chunk, &sp, &sb);
     if (sb != db) {
       WARN(kColl, "rank %d: %s: %s folds %zu bytes into %zu", s->rank, c.what,
-           stepText(st).c_str(), sb, db);
+           stepText(st, &rs).c_str(), sb, db);
       return flagcxInternalError;
     }
     if (!c.direct) FLAGCX_CHECK(gateWait(s, sp, sb));

@@ -14,7 +14,36 @@ namespace flagcx {
 
 namespace {
 constexpr uint8_t kNone = 255;
+constexpr OpKind kOrderedOps[] = {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::Reduce};
+
+// The fold_order algorithm deterministic calls of `op` run (*out; nullptr
+// when none applies): FLAGCX_ALGO's choice when it declares fold_order, else
+// the registry's "ordered", else any other fold_order script that applies.
+// *overridden: FLAGCX_ALGO named an algorithm without fold_order.
+bool pickOrdered(const Registry &reg, ScriptCache &cache, const Topo &t, OpKind op,
+                 const std::string &forced, const AlgoInfo **out, bool *overridden,
+                 std::string *err) {
+  *out = nullptr;
+  *overridden = false;
+  std::vector<const AlgoInfo *> order;
+  if (!forced.empty()) order.push_back(reg.find(op, forced));
+  order.push_back(reg.find(op, "ordered"));
+  for (const AlgoInfo *a : reg.forOp(op)) order.push_back(a);
+  for (const AlgoInfo *a : order) {
+    if (!a) continue;
+    Script *s = cache.get(*a, err);
+    if (!s) return false;
+    std::string why;
+    if (s->foldOrder() && s->supports(t, &why)) {
+      *out = a;
+      return true;
+    }
+    if (a->name == forced) *overridden = true;
+  }
+  return true;
 }
+
+}  // namespace
 
 AlgoSet::~AlgoSet() = default;
 AlgoSet::Compiled::Compiled() = default;
@@ -45,39 +74,29 @@ flagcxResult_t AlgoSet::create(int rank, int nranks, int ranksPerHost,
     for (int d = 0; d < flagcxNumTypes; d++) {
       for (int b = 0; b < kSizeBuckets; b++) {
         const AlgoInfo *a = (*table)[o][d][b];
-        if (!a) {
-          set->choice_[o][d][b] = kNone;
-          continue;
-        }
-        auto it = index.find(a);
-        if (it == index.end()) {
-          if (set->compiled_.size() >= kNone) {
-            err = "too many distinct algorithms selected";
-            return fail();
-          }
-          Script *s = cache.get(*a, &err);
-          if (!s) return fail();
-          if (a->user) {
-            std::string skipped;
-            if (!verifyScript(*s, t, &err, &skipped)) return fail();
-            INFO(kInit, "verified user script %s (%s/%s) at nranks=%d", a->path.c_str(),
-                 opName(a->op), a->name.c_str(), nranks);
-          }
-          Compiled c;
-          c.op = a->op;
-          c.algo = a->name;
-          if (!s->compileRank(t, rank, 0, &c.root0, &err)) return fail();
-          if (opIsRooted(a->op)) {
-            c.script = cache.take(*a);
-            c.slots.resize(kRootSlots);
-            c.lastUse.assign(kRootSlots, 0);
-          }
-          it = index.emplace(a, static_cast<uint8_t>(set->compiled_.size())).first;
-          set->compiled_.push_back(std::move(c));
-        }
-        set->choice_[o][d][b] = it->second;
+        uint8_t &idx = set->choice_[o][d][b];
+        if (!a) idx = kNone;
+        else if (!set->addAlgo(*a, cache, t, &index, &idx, &err)) return fail();
       }
     }
+  }
+  // Deterministic mode: the fold_order schedules of the reductions.
+  std::array<std::string, static_cast<size_t>(OpKind::Count)> forced;
+  if (!parseForcedAlgos(paramStr(Param::ALGO), &forced, &err)) return fail();
+  set->ordered_.fill(kNone);
+  for (OpKind op : kOrderedOps) {
+    size_t o = static_cast<size_t>(op);
+    const AlgoInfo *a = nullptr;
+    bool overridden = false;
+    if (!pickOrdered(reg, cache, t, op, forced[o], &a, &overridden, &err)) return fail();
+    set->orderOverrides_[o] = overridden ? forced[o] : "";
+    if (!a) {
+      INFO(kTuning, "%s: no fold_order algorithm applies at nranks=%d", opName(op), nranks);
+      continue;
+    }
+    size_t before = set->compiled_.size();
+    if (!set->addAlgo(*a, cache, t, &index, &set->ordered_[o], &err)) return fail();
+    if (set->compiled_.size() > before) set->compiled_.back().tuned = false;
   }
   if (logEnabled(LogLevel::Info, kTuning)) {
     std::string names;
@@ -86,6 +105,53 @@ flagcxResult_t AlgoSet::create(int rank, int nranks, int ranksPerHost,
   }
   *out = std::move(set);
   return flagcxSuccess;
+}
+
+// The compiled entry of algorithm `a` (*idx), compiled now on first use:
+// a user script is verified for every rank first.
+bool AlgoSet::addAlgo(const AlgoInfo &a, ScriptCache &cache, const Topo &t,
+                      std::map<const AlgoInfo *, uint8_t> *index, uint8_t *idx, std::string *err) {
+  auto it = index->find(&a);
+  if (it != index->end()) {
+    *idx = it->second;
+    return true;
+  }
+  if (compiled_.size() >= kNone) {
+    *err = "too many distinct algorithms selected";
+    return false;
+  }
+  Script *s = cache.get(a, err);
+  if (!s) return false;
+  if (a.user) {
+    std::string skipped;
+    if (!verifyScript(*s, t, err, &skipped)) return false;
+    INFO(kInit, "verified user script %s (%s/%s) at nranks=%d", a.path.c_str(), opName(a.op),
+         a.name.c_str(), t.nranks);
+  }
+  Compiled c;
+  c.op = a.op;
+  c.algo = a.name;
+  if (!s->compileRank(t, rank_, 0, &c.root0, err)) return false;
+  if (opIsRooted(a.op)) {
+    c.script = cache.take(a);
+    c.slots.resize(kRootSlots);
+    c.lastUse.assign(kRootSlots, 0);
+  }
+  *idx = static_cast<uint8_t>(compiled_.size());
+  index->emplace(&a, *idx);
+  compiled_.push_back(std::move(c));
+  return true;
+}
+
+const Schedule *AlgoSet::selectOrdered(OpKind op, int root) const {
+  size_t o = static_cast<size_t>(op);
+  if (o >= static_cast<size_t>(OpKind::Count) || ordered_[o] == kNone) return nullptr;
+  Compiled &c = compiled_[ordered_[o]];
+  if (!orderOverrides_[o].empty() && orderLogged_[o].exchange(1, std::memory_order_relaxed) == 0)
+    INFO(kTuning, "%s: deterministic mode runs %s (fold_order) instead of FLAGCX_ALGO's %s: "
+         "the rank-ordered fold is guaranteed", opName(op), c.algo.c_str(),
+         orderOverrides_[o].c_str());
+  return atRoot(c, root);
 }
 
 const Schedule *AlgoSet::select(OpKind op, size_t bytes, flagcxDataType_t dtype, int root) const {
@@ -162,7 +228,7 @@ std::vector<int> AlgoSet::peers(OpKind op) const {
   std::vector<int> v;
   std::lock_guard<std::mutex> lock(rootMu_);
   for (const auto &c : compiled_) {
-    if (c.op != op) continue;
+    if (c.op != op || !c.tuned) continue;
     addPeers(c.root0, &v);
     for (size_t i = 0; i < c.slots.size(); i++)
       if (c.lastUse[i]) addPeers(c.slots[i], &v);

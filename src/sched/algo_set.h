@@ -11,12 +11,15 @@
 // tuning rules (config/tuning.yaml or FLAGCX_TUNING_FILE), the optional Lua
 // policy (FLAGCX_TUNING_POLICY) and FLAGCX_ALGO, decides an algorithm for every
 // (op, dtype, power-of-two size bucket), and compiles each algorithm so chosen
-// for this rank.  Rooted ops are compiled for root 0 only; another root's
+// for this rank, and, for deterministic mode, the fold_order algorithm of
+// allreduce, reducescatter and reduce (selectOrdered).  Rooted ops are
+// compiled for root 0 only; another root's
 // schedule is compiled on its first use (script.h: built for root 0 as rank
 // (rank - root) mod n, relabelled) and kept in a small per-algorithm cache
 // (kRootSlots roots, least recently used replaced), so init costs one compile
 // per algorithm whatever nranks.  User scripts (FLAGCX_ALGO_PATH) that may be
-// chosen are first verified for all ranks.  Any failure is logged
+// chosen (by the tuner or as a fold_order algorithm) are first verified for
+// all ranks; shipped scripts are verified by the tests.  Any failure is logged
 // once (file:line for Lua errors, op/algo/nranks/rank/step for the verifier)
 // and returns flagcxInvalidUsage.
 //
@@ -30,6 +33,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +52,9 @@ inline int sizeBucket(size_t bytes) {
 }
 
 class Script;
+class ScriptCache;
+struct AlgoInfo;
+struct Topo;
 
 class AlgoSet {
  public:
@@ -73,6 +80,18 @@ class AlgoSet {
   // communicator at a time, so a call's schedule outlives its use.
   const Schedule *select(OpKind op, size_t bytes, flagcxDataType_t dtype, int root) const;
 
+  // Deterministic mode: the schedule of a fold_order algorithm for `op`
+  // (allreduce, reducescatter, reduce), whose verified folds make every
+  // output chunk ((x0 op x1) op x2) ... in rank order, whatever the size and
+  // dtype.  It is FLAGCX_ALGO's algorithm for `op` when that declares
+  // fold_order (a user script too, verified at init), else the registry's
+  // `ordered`, else another fold_order script that applies.  When FLAGCX_ALGO
+  // names one without fold_order, the first call logs one INFO line saying
+  // that the order guarantee overrides it.  nullptr for other ops, or when no
+  // fold_order script applies at this nranks.  Per call as select(): no
+  // allocation, no lock, except a rooted op at a new root (same root cache).
+  const Schedule *selectOrdered(OpKind op, int root) const;
+
   // The algorithm name select() picks, for logs and tools.
   const std::string &selectName(OpKind op, size_t bytes, flagcxDataType_t dtype) const;
 
@@ -83,7 +102,9 @@ class AlgoSet {
   int nranks() const { return nranks_; }
 
   // The peers this rank's compiled schedules name, sorted, without this rank:
-  // for every algorithm the tuner may pick for `op`, or for every op.  Rooted
+  // for every algorithm the tuner may pick for `op`, or for every op (not the
+  // fold_order schedules only selectOrdered returns: their peers connect on
+  // first use).  Rooted
   // ops count root 0 and the roots compiled so far; at another root they may
   // name other peers.  What a communicator must connect to before it runs
   // that op's schedules (at root 0 for rooted ops); anything else (send/recv,
@@ -110,6 +131,7 @@ class AlgoSet {
     std::unique_ptr<Script> script;  // rooted ops: compiles other roots
     std::vector<Schedule> slots;     // rooted ops: other roots, on first use
     std::vector<uint64_t> lastUse;   // per slot, for least-recently-used
+    bool tuned = true;               // false: only selectOrdered returns it
     Compiled();
     Compiled(Compiled &&) noexcept;
     ~Compiled();
@@ -118,6 +140,8 @@ class AlgoSet {
  private:
   AlgoSet() = default;
   const Schedule *atRoot(Compiled &c, int root) const;
+  bool addAlgo(const AlgoInfo &a, ScriptCache &cache, const Topo &t,
+               std::map<const AlgoInfo *, uint8_t> *index, uint8_t *idx, std::string *err);
   int rank_ = 0, nranks_ = 0, ranksPerHost_ = 1;
   mutable std::mutex rootMu_;  // the root slots and their scripts
   mutable uint64_t useClock_ = 0;
@@ -128,6 +152,11 @@ class AlgoSet {
              static_cast<size_t>(OpKind::Count)> choice_{};
   mutable std::array<std::array<std::atomic<uint8_t>, kSizeBuckets>,
                      static_cast<size_t>(OpKind::Count)> logged_{};
+  // Deterministic mode, per op: the compiled fold_order entry (kNone: none),
+  // the FLAGCX_ALGO name it overrides ("" if none) and whether that was logged.
+  std::array<uint8_t, static_cast<size_t>(OpKind::Count)> ordered_{};
+  std::array<std::string, static_cast<size_t>(OpKind::Count)> orderOverrides_;
+  mutable std::array<std::atomic<uint8_t>, static_cast<size_t>(OpKind::Count)> orderLogged_{};
 };
 
 }  // namespace flagcx

@@ -48,6 +48,13 @@ class ContribSet {
   void add(const ContribSet &o) { combine(o, true); }
   void unite(const ContribSet &o) { combine(o, false); }
   bool operator==(const ContribSet &o) const;
+  // Whether the set holds exactly one item, once (then *item is it): what a
+  // chunk holds before anything was reduced into it.
+  bool single(uint64_t *item) const {
+    if (n_ != 1 || begin()->len != 1 || begin()->mult != 1) return false;
+    *item = begin()->lo;
+    return true;
+  }
   size_t size() const { return n_; }
   const Run *begin() const { return cap_ ? inl_.heap : &inl_.run; }
   const Run *end() const { return begin() + n_; }

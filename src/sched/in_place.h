@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sched/ir.h"
+#include "sched/ir_names.h"
 
 namespace flagcx {
 
@@ -18,7 +19,8 @@ namespace flagcx {
 // the output is rank r's block of the input (reducescatter, scatter).  The
 // answer is yes when every input chunk is read only in stages before any
 // step writes the output chunk at its position (a copy of an input chunk
-// onto its own position writes nothing then), and no step writes the input.
+// onto its own position writes nothing then; a fold may read the input chunk
+// at the position it writes), and no step writes the input.
 // Then running on the one buffer is the same as running on a copy of the
 // input.
 inline bool inPlaceNeedsNoCopy(const RankSchedule &rs, int inChunks, int outChunks, int inPos0,
@@ -40,13 +42,25 @@ inline bool inPlaceNeedsNoCopy(const RankSchedule &rs, int inChunks, int outChun
     int &w = firstWrite[static_cast<size_t>(outPos0 + st.dst.chunk)];
     w = std::min(w, st.stage);
   }
+  // A fold that writes the output chunk at an input source's own position
+  // reads that source in the same step, before it writes (the fold kernel
+  // allows a destination that is one of its sources).
+  auto lateRead = [&](const Step &st, const ChunkRef &c) {
+    if (c.buf != BufKind::Input) return false;
+    if (badIn(c)) return true;
+    int pos = inPos0 + c.chunk;
+    bool own = st.kind == StepKind::Fold && st.dst.buf == BufKind::Output &&
+               outPos0 + st.dst.chunk == pos;
+    int w = firstWrite[static_cast<size_t>(pos)];
+    return own ? st.stage > w : st.stage >= w;
+  };
   for (const Step &st : rs.steps) {
-    bool readsInput = st.src.buf == BufKind::Input &&
-                      (st.kind == StepKind::Send || st.kind == StepKind::Copy ||
-                       st.kind == StepKind::Reduce);
-    if (!readsInput) continue;
-    if (badIn(st.src)) return false;
-    if (st.stage >= firstWrite[static_cast<size_t>(inPos0 + st.src.chunk)]) return false;
+    if (stepReadsSrc(st.kind) && lateRead(st, st.src)) return false;
+    if (st.kind != StepKind::Fold) continue;
+    const std::vector<ChunkRef> *src = foldSources(rs, st);
+    if (!src) return false;
+    for (const ChunkRef &c : *src)
+      if (lateRead(st, c)) return false;
   }
   return true;
 }

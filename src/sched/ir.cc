@@ -1,6 +1,8 @@
 // Names of the IR's enums, shared by the compiler, verifier, tuner and tools.
 #include "sched/ir.h"
 
+#include <algorithm>
+
 #include "sched/ir_names.h"
 
 namespace flagcx {
@@ -21,6 +23,7 @@ const char *stepKindName(StepKind k) {
     case StepKind::RecvReduce: return "recv_reduce";
     case StepKind::Copy: return "copy";
     case StepKind::Reduce: return "reduce";
+    case StepKind::Fold: return "fold";
   }
   return "?";
 }
@@ -28,7 +31,8 @@ const char *stepKindName(StepKind k) {
 bool opInputIsBlock(OpKind op) { return op == OpKind::AllGather || op == OpKind::Gather; }
 bool opOutputIsBlock(OpKind op) { return op == OpKind::ReduceScatter || op == OpKind::Scatter; }
 
-int bufChunks(OpKind op, BufKind b, int nchunks, int nranks) {
+int bufChunks(OpKind op, BufKind b, int nchunks, int nranks, int scratchCopies) {
+  if (b == BufKind::Scratch) return nchunks * scratchCopies;
   bool block = (b == BufKind::Input && opInputIsBlock(op)) ||
                (b == BufKind::Output && opOutputIsBlock(op));
   if (!block) return nchunks;
@@ -39,7 +43,17 @@ std::string refText(const ChunkRef &r) {
   return std::string(bufName(r.buf)) + "[" + std::to_string(r.chunk) + "]";
 }
 
-std::string stepText(const Step &s) {
+bool stepReadsSrc(StepKind k) {
+  return k == StepKind::Send || k == StepKind::Copy || k == StepKind::Reduce;
+}
+
+const std::vector<ChunkRef> *foldSources(const RankSchedule &rs, const Step &s) {
+  if (s.kind != StepKind::Fold || s.fold < 0 || static_cast<size_t>(s.fold) >= rs.folds.size())
+    return nullptr;
+  return &rs.folds[static_cast<size_t>(s.fold)];
+}
+
+std::string stepText(const Step &s, const RankSchedule *rs) {
   std::string t = stepKindName(s.kind);
   switch (s.kind) {
     case StepKind::Send: return t + " " + refText(s.src) + " -> rank " + std::to_string(s.peer);
@@ -48,24 +62,39 @@ std::string stepText(const Step &s) {
       return t + " " + refText(s.dst) + " <- rank " + std::to_string(s.peer);
     case StepKind::Copy:
     case StepKind::Reduce: return t + " " + refText(s.src) + " -> " + refText(s.dst);
+    case StepKind::Fold: {
+      const std::vector<ChunkRef> *src = rs ? foldSources(*rs, s) : nullptr;
+      if (!src) return t + " #" + std::to_string(s.fold) + " -> " + refText(s.dst);
+      for (size_t i = 0; i < src->size(); i++) t += (i ? ", " : " ") + refText((*src)[i]);
+      return t + " -> " + refText(s.dst);
+    }
   }
   return t;
 }
 
-void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs) {
+void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs,
+                  bool rankOrderedFolds) {
   if (nranks < 1) return;
   root = ((root % nranks) + nranks) % nranks;
   if (root == 0) return;
   bool blocks = op == OpKind::Gather || op == OpKind::Scatter;
   int64_t shift = blocks ? static_cast<int64_t>(root) * (nchunks / nranks) : 0;
   auto move = [&](ChunkRef &c) {
-    if (!shift || bufChunks(op, c.buf, nchunks, nranks) != nchunks) return;
-    c.chunk = static_cast<int32_t>((c.chunk + shift) % nchunks);
+    if (!shift || (c.buf != BufKind::Scratch && bufChunks(op, c.buf, nchunks, nranks) != nchunks))
+      return;
+    int32_t copy = c.chunk - c.chunk % nchunks;  // scratch: the copy's first chunk
+    c.chunk = copy + static_cast<int32_t>((c.chunk % nchunks + shift) % nchunks);
   };
   for (Step &s : rs->steps) {
     if (s.peer >= 0) s.peer = (s.peer + root) % nranks;
-    if (s.kind != StepKind::Recv && s.kind != StepKind::RecvReduce) move(s.src);
+    if (stepReadsSrc(s.kind)) move(s.src);
     if (s.kind != StepKind::Send) move(s.dst);
+  }
+  for (std::vector<ChunkRef> &f : rs->folds) {
+    for (ChunkRef &c : f) move(c);
+    // Position k held rank k's part at root 0, now rank (k + root)'s.
+    if (rankOrderedFolds && static_cast<int>(f.size()) == nranks)
+      std::rotate(f.begin(), f.end() - root, f.end());
   }
 }
 
@@ -76,7 +105,7 @@ void relabelRoot(Schedule *s, int root) {
   std::vector<RankSchedule> moved(n);
   for (int r = 0; r < n; r++) {
     moved[r] = std::move(s->ranks[(r - root + n) % n]);
-    relabelSteps(s->op, n, s->chunks, root, &moved[r]);
+    relabelSteps(s->op, n, s->chunks, root, &moved[r], s->foldOrder);
   }
   s->ranks = std::move(moved);
   s->root = (s->root + root) % n;

@@ -17,9 +17,11 @@
 //   barrier         0                -                -
 // "full" buffers have N chunks; "own block" buffers have N/nranks chunks
 // (N must then be a multiple of nranks) and block chunk j of rank r is the
-// data-space chunk r*(N/nranks)+j.  Scratch always has N chunks of the data
-// space.  Floor splitting keeps a block chunk and its data-space chunk the
-// same size.  For alltoall, output block j of rank r = input block r of rank j.
+// data-space chunk r*(N/nranks)+j.  Scratch holds S copies of the data space
+// (S = Schedule::scratchCopies, 1 unless the script asks for more), S*N
+// chunks: scratch chunk k has the size of data-space chunk k mod N (floor
+// splitting S*T elements into S*N chunks gives exactly that).  Floor
+// splitting keeps a block chunk and its data-space chunk the same size.  For alltoall, output block j of rank r = input block r of rank j.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -78,6 +80,7 @@ struct Schedule {
   int32_t nranks = 0;
   int32_t root = 0;
   int32_t chunks = 0;   // N
+  int32_t scratchCopies = 1;  // S: scratch has S*N chunks, S*T elements
   // The script declares fold_order = "rank": every reduced output chunk is
   // the rank-ordered left fold of the contributions (checked by the verifier).
   bool foldOrder = false;

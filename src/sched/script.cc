@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,11 +32,12 @@ size_t maxStepsPerRank(int nranks, int nchunks) {
 // The builder behind one call of build(s).
 struct BuildCtx {
   OpKind op;
-  int nranks, rank, rph, nchunks;
+  int nranks, rank, rph, nchunks, scratchCopies;
   int refMeta;  // registry reference of the chunk-reference metatable
   size_t maxSteps;
   RankSchedule *out;
   int stage = 0;
+  size_t foldSources = 0;  // stored so far, counted with the steps
   bool stageUsed = false;
   bool readRph = false;
 };
@@ -73,7 +75,7 @@ int makeRef(lua_State *L, BufKind b) {
   int k = toIndex(L, firstArg(L), fn, "chunk index");
   if (b == BufKind::Scratch && c->op == OpKind::AlltoAllv)
     return luaL_error(L, "scratch: alltoallv has no scratch buffer (its chunks have per-peer sizes)");
-  int n = bufChunks(c->op, b, c->nchunks, c->nranks);
+  int n = bufChunks(c->op, b, c->nchunks, c->nranks, c->scratchCopies);
   if (k < 0 || k >= n) return luaL_error(L, "%s(%d): chunk index out of range 0..%d", fn, k, n - 1);
   auto *r = static_cast<ChunkRef *>(lua_newuserdata(L, sizeof(ChunkRef)));
   *r = ChunkRef{b, k};
@@ -99,7 +101,7 @@ ChunkRef toRef(lua_State *L, int idx, const char *fn, const char *what) {
   if (!p)
     luaL_error(L, "%s: %s must be a chunk such as s.output(k), got %s", fn, what,
                luaL_typename(L, idx));
-  int n = bufChunks(c->op, p->buf, c->nchunks, c->nranks);
+  int n = bufChunks(c->op, p->buf, c->nchunks, c->nranks, c->scratchCopies);
   if (p->chunk >= n)  // a reference kept from a build at another size
     luaL_error(L, "%s: %s %s out of range (%d chunks)", fn, what, refText(*p).c_str(), n);
   return *p;
@@ -148,6 +150,36 @@ int local(lua_State *L, StepKind kind) {
 }
 int luaCopy(lua_State *L) { return local(L, StepKind::Copy); }
 int luaReduce(lua_State *L) { return local(L, StepKind::Reduce); }
+
+// s:fold(dst, {src1, src2, ...}): dst = the left fold of the sources in the
+// listed order.  Each source counts against the step budget (it is stored).
+int luaFold(lua_State *L) {
+  BuildCtx *c = ctxOf(L);
+  int a = firstArg(L);
+  ChunkRef dst = toRef(L, a, "fold", "destination");
+  if (!lua_istable(L, a + 1))
+    return luaL_error(L, "fold: sources must be a list of chunks such as {s.input(0), s.scratch(1)}, got %s",
+                      luaL_typename(L, a + 1));
+  int n = static_cast<int>(lua_objlen(L, a + 1));
+  if (n < 1) return luaL_error(L, "fold: needs at least one source");
+  if (c->out->steps.size() + c->foldSources + n >= c->maxSteps)
+    return luaL_error(L, "more than %d steps and fold sources on one rank", static_cast<int>(c->maxSteps));
+  // Built in place: nothing of ours needs freeing when toRef raises an error.
+  Step st{StepKind::Fold, -1, {}, dst, 0};
+  st.fold = static_cast<int32_t>(c->out->folds.size());
+  c->out->folds.emplace_back();
+  c->out->folds.back().reserve(static_cast<size_t>(n));
+  char what[32];
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, a + 1, i + 1);
+    std::snprintf(what, sizeof(what), "source %d", i + 1);
+    c->out->folds.back().push_back(toRef(L, -1, "fold", what));
+    lua_pop(L, 1);
+  }
+  c->foldSources += static_cast<size_t>(n);
+  addStep(L, c, st);
+  return 0;
+}
 
 void closeStage(BuildCtx *c) {
   if (c->stageUsed) {
@@ -204,7 +236,8 @@ void pushBuilder(lua_State *L, BuildCtx *c) {
              {"scratch", luaScratch}, {"send", luaSend},
              {"recv", luaRecv},     {"recv_reduce", luaRecvReduce},
              {"copy", luaCopy},     {"reduce", luaReduce},
-             {"stage", luaStage},   {"group", luaGroup}};
+             {"fold", luaFold},     {"stage", luaStage},
+             {"group", luaGroup}};
   for (const auto &f : fns) {
     lua_pushlightuserdata(L, c);
     lua_pushcclosure(L, f.fn, 1);
@@ -277,6 +310,13 @@ bool Script::init(const std::string &chunkName, const std::string &text, std::st
     return fieldErr("field 'chunks' must be a function chunks(nranks) or a number");
   rawField(L_, t, "description");
   if (lua_type(L_, -1) == LUA_TSTRING) description_ = lua_tostring(L_, -1);
+  rawField(L_, t, "fold_order");
+  if (!lua_isnil(L_, -1)) {
+    if (lua_type(L_, -1) != LUA_TSTRING || std::strcmp(lua_tostring(L_, -1), "rank") != 0)
+      return fieldErr("field 'fold_order' must be \"rank\" (every reduced output chunk is the "
+                      "left fold of the contributions in rank order), or absent");
+    foldOrder_ = true;
+  }
   rawField(L_, t, "cost");
   if (!lua_isnil(L_, -1) && !lua_istable(L_, -1))
     return fieldErr("field 'cost' must be a table {steps=..., bytes=...}");
@@ -395,6 +435,22 @@ bool Script::chunks(const Topo &t, int *n, std::string *err) {
   return true;
 }
 
+bool Script::scratchCopies(const Topo &t, int nchunks, int *copies, std::string *err) {
+  if (!callField("scratch_copies", t, 1, err)) return false;
+  int type = lua_type(L_, -1);
+  double d = type == LUA_TNUMBER ? lua_tonumber(L_, -1) : 1;
+  lua_pop(L_, 1);
+  if ((type != LUA_TNUMBER && type != LUA_TNIL) || d != std::floor(d) || d < 1 ||
+      d * nchunks > kMaxChunks) {
+    *err = path_ + ": scratch_copies(" + std::to_string(t.nranks) +
+           ") must be an integer >= 1, at most " + std::to_string(kMaxChunks) +
+           " chunks in all";
+    return false;
+  }
+  *copies = static_cast<int>(d);
+  return true;
+}
+
 bool Script::numberField(const char *table, const char *field, const Topo &t, double def,
                          double *v, std::string *err) {
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
@@ -432,11 +488,12 @@ bool Script::cost(const Topo &t, double *steps, double *bytes, std::string *err)
          numberField("cost", "bytes", t, 1.0, bytes, err);
 }
 
-bool Script::buildRank(const Topo &t, int nchunks, int rank, RankSchedule *out,
+bool Script::buildRank(const Topo &t, int nchunks, int copies, int rank, RankSchedule *out,
                        std::string *err) {
   out->steps.clear();  // keeps what the caller reserved
+  out->folds.clear();
   out->nstages = 0;
-  BuildCtx c{op_, t.nranks, rank, t.ranksPerHost, nchunks, refMeta_,
+  BuildCtx c{op_, t.nranks, rank, t.ranksPerHost, nchunks, copies, refMeta_,
              maxStepsPerRank(t.nranks, nchunks), out};
   lua_rawgeti(L_, LUA_REGISTRYINDEX, tableRef_);
   rawField(L_, -1, "build");
@@ -469,8 +526,8 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
     return false;
   }
   std::string e;
-  int nchunks = 0;
-  if (!chunks(t, &nchunks, &e)) {
+  int nchunks = 0, copies = 1;
+  if (!chunks(t, &nchunks, &e) || !scratchCopies(t, nchunks, &copies, &e)) {
     *err = where(*this, t, -1) + e;
     return false;
   }
@@ -480,6 +537,8 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
   out->nranks = t.nranks;
   out->root = shift;
   out->chunks = nchunks;
+  out->scratchCopies = copies;
+  out->foldOrder = foldOrder_;
   out->ranks.assign(count, RankSchedule{});
   for (int i = 0; i < count; i++) {
     int v = ((first + i - shift) % t.nranks + t.nranks) % t.nranks;
@@ -489,9 +548,10 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
     RankSchedule &rs = count == 1 ? one : out->ranks[i];
     if (count == 1) one.steps.swap(buildBuf_);
     else if (i > 0) rs.steps.reserve(out->ranks[i - 1].steps.size());
-    bool ok = buildRank(t, nchunks, v, &rs, &e);
+    bool ok = buildRank(t, nchunks, copies, v, &rs, &e);
     if (count == 1) {
       out->ranks[0].steps.assign(rs.steps.begin(), rs.steps.end());
+      out->ranks[0].folds = std::move(rs.folds);
       out->ranks[0].nstages = rs.nstages;
       buildBuf_.swap(one.steps);
     }
@@ -499,7 +559,7 @@ bool Script::compileRanks(const Topo &t, int root, int first, int count, Schedul
       *err = where(*this, t, v) + e;
       return false;
     }
-    if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i]);
+    if (shift) relabelSteps(op_, t.nranks, nchunks, shift, &out->ranks[i], foldOrder_);
     int inChunks = bufChunks(op_, BufKind::Input, nchunks, t.nranks);
     int outChunks = bufChunks(op_, BufKind::Output, nchunks, t.nranks);
     out->ranks[i].inPlaceNoCopy = inChunks == outChunks &&

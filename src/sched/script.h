@@ -1,13 +1,15 @@
 // An algorithm script (algos/<op>/<name>.lua) loaded in a LuaJIT sandbox
 // (sandbox.h), and the compiler that runs its build(s) into the IR of ir.h.
 //
-// Rooted ops (broadcast, reduce, gather, scatter) are always built for root 0
-// (the script sees s.root == 0) and moved to the call's root by relabelling
+// Rooted ops (broadcast, reduce, gather, scatter) are built for root 0 (the
+// script sees s.root == 0) and moved to the call's root by relabelling
 // (ir_names.h: relabelRoot): rank r runs what rank (r - root) mod n runs for
-// root 0.  One verified root-0 schedule thus stands for every root.
+// root 0.  One verified root-0 schedule thus stands for every root (for a
+// fold_order script too: relabelling turns a fold of n sources listed in
+// rank order at root 0 into one listed in rank order at the root).
 //
 // Cost: compiling one rank runs its build once; time and memory are
-// proportional to the steps it adds (each step is a 28-byte Step, built in a
+// proportional to the steps it adds (each step is a 32-byte Step, built in a
 // buffer the script keeps and copied out at its size; chunk references are
 // 8-byte userdata the Lua collector reclaims).
 #pragma once
@@ -50,12 +52,21 @@ class Script {
   const std::string &description() const { return description_; }
   // Human text of `requires` ("pow2, min_ranks=2", "custom", "none").
   const std::string &requirements() const { return requirements_; }
+  // The script declares fold_order = "rank" (a field of its table, like
+  // name): every reduced output chunk is the left fold of the contributions
+  // in rank order.  The verifier proves it (verify.h); compiled schedules
+  // carry it as Schedule::foldOrder.
+  bool foldOrder() const { return foldOrder_; }
 
   // Whether the script applies at this topology; `why` says why not.  Lua
   // errors inside a requires function return false with the error in `why`.
   bool supports(const Topo &t, std::string *why);
   // chunks(nranks): N, the number of data-space chunks.
   bool chunks(const Topo &t, int *n, std::string *err);
+  // scratch_copies(nranks) (a number or a function; 1 when absent): S, the
+  // copies of the data space scratch holds (ir.h).  A schedule whose fold
+  // needs several chunk-sized slots of one chunk asks for them this way.
+  bool scratchCopies(const Topo &t, int nchunks, int *copies, std::string *err);
   // The cost hint: sequential steps and bytes moved per rank, as a fraction
   // of the message.  Missing hints default to steps = nranks-1, bytes = 1.
   bool cost(const Topo &t, double *steps, double *bytes, std::string *err);
@@ -83,7 +94,8 @@ class Script {
   bool callField(const char *field, const Topo &t, int nresults, std::string *err);
   bool compileRanks(const Topo &t, int root, int first, int count, Schedule *out,
                     std::string *err);
-  bool buildRank(const Topo &t, int nchunks, int rank, RankSchedule *out, std::string *err);
+  bool buildRank(const Topo &t, int nchunks, int copies, int rank, RankSchedule *out,
+                 std::string *err);
   bool numberField(const char *table, const char *field, const Topo &t, double def, double *v,
                    std::string *err);
 
@@ -92,6 +104,7 @@ class Script {
   int tableRef_ = -1;
   int refMeta_ = -1;  // the metatable of chunk references
   bool readsRph_ = false;
+  bool foldOrder_ = false;
   std::vector<Step> buildBuf_;  // one-rank compiles: built here, copied out at size
   std::string path_, name_, description_, requirements_;
   OpKind op_ = OpKind::Count;

@@ -206,7 +206,8 @@ class Decider {
         *failed = true;
         return nullptr;
       }
-      if (!c->ok) continue;
+      // fold_order scripts are the deterministic mode's (AlgoSet::selectOrdered).
+      if (!c->ok || c->script->foldOrder()) continue;
       double tt = alphaBetaSeconds(c->steps, c->bytes, messageBytes(op, bytes, t_.nranks));
       if (!best || tt < bestT) {
         best = a;

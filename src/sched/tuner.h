@@ -5,7 +5,9 @@
 //      function(op, bytes, dtype, nranks, ranks_per_host) -> name or nil);
 //   3. the rules of config/tuning.yaml (or FLAGCX_TUNING_FILE): the first
 //      rule that matches and whose algorithm applies at this nranks;
-//   4. the algorithm with the lowest alpha-beta estimate.
+//   4. the algorithm with the lowest alpha-beta estimate, among those that do
+//      not declare fold_order (those are for the deterministic mode,
+//      AlgoSet::selectOrdered; 1-3 may still name them).
 // Everything is decided at init for each (op, dtype, power-of-two size
 // bucket) so that nothing is evaluated per call.
 #pragma once

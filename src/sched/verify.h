@@ -14,6 +14,16 @@
 // all-to-alls.  Barrier schedules are checked for "every rank has heard,
 // directly or not, from every other rank" instead.
 //
+// A fold step (dst = the left fold of its sources, in order) needs sources
+// that hold data of one data-space chunk, each of the destination's size; its
+// destination then holds the sum of their contributions.  fold_order: each
+// chunk value also carries "is a rank-ordered fold", set by a fold whose n
+// sources hold one contribution each, of ranks 0, 1, ..., n-1 in that order;
+// copies and messages keep it, reduce and recv_reduce clear it.  A schedule
+// declaring fold_order (Schedule::foldOrder; reductions only) must leave it
+// on every output chunk: the result is then ((x0 op x1) op x2) ... bit for
+// bit, whatever the arrival order.
+//
 // Errors read: "verify allreduce/ring nranks=5 rank=3 step=7: <what>".
 #pragma once
 #include <string>

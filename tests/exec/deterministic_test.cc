@@ -102,9 +102,10 @@ class Deterministic : public ::testing::TestWithParam<Case> {};
 
 INSTANTIATE_TEST_SUITE_P(
     Paths, Deterministic,
-    ::testing::Values(Case{2, Path::Block}, Case{3, Path::Block}, Case{4, Path::Block},
+    ::testing::Values(Case{1, Path::Schedule}, Case{2, Path::Block}, Case{3, Path::Block}, Case{4, Path::Block},
                       Case{5, Path::Block}, Case{2, Path::Direct}, Case{3, Path::Direct},
-                      Case{4, Path::Direct}),
+                      Case{4, Path::Direct}, Case{2, Path::Schedule}, Case{3, Path::Schedule},
+                      Case{4, Path::Schedule}),
     [](const auto &i) { return caseName(i.param); });
 
 TEST_P(Deterministic, EveryCallIsTheRankOrderedFold) {
@@ -129,6 +130,19 @@ TEST_P(Deterministic, EveryCallIsTheRankOrderedFold) {
     EXPECT_EQ(ex.smallCalls(), c.path == Path::Block ? calls : 0u);
     EXPECT_EQ(ex.shmDirectCalls(), c.path == Path::Direct ? calls : 0u);
   });
+}
+
+// Past the slice size (512 KiB): the schedules' messages in several pieces.
+TEST(DeterministicLarge, SchedulesPastTheSlice) {
+  for (int n : {2, 3})
+    execfix::runRanks(n, {}, [&](int r, Executor &ex) {
+      ex.setDeterministic(true);
+      for (flagcxDataType_t dt : {flagcxFloat32, flagcxBfloat16})
+        for (flagcxRedOp_t red : {flagcxSum, flagcxAvg}) {
+          checkedCall(n, r, ex, OpKind::AllReduce, dt, red, 300001, false);
+          checkedCall(n, r, ex, OpKind::ReduceScatter, dt, red, 150001, true);
+        }
+    });
 }
 
 // Default mode: the same inputs twice give the same bits, on every path.
@@ -157,7 +171,7 @@ TEST(DefaultMode, RunToRunOnEveryPath) {
 // One rank deterministic, its peer not: both calls fail, naming the
 // mismatch, on each path; no hang.
 TEST(DeterministicMismatch, IsAnErrorOnEveryPath) {
-  for (Path path : {Path::Block, Path::Direct}) {
+  for (Path path : {Path::Block, Path::Direct, Path::Schedule}) {
     execfix::Options o;
     o.sameHost = path != Path::Schedule;
     execfix::runRanks(2, o, [&](int r, Executor &ex) {

@@ -485,14 +485,15 @@ TEST(SchedRooted, EveryRootVerifiesAfterRelabel) {
           ASSERT_TRUE(s->compileRank(Topo{n, 1}, r, root, &one, &err)) << err;
           ASSERT_EQ(one.ranks[0].steps.size(), all.ranks[r].steps.size());
           for (size_t i = 0; i < one.ranks[0].steps.size(); i++)
-            ASSERT_EQ(stepText(one.ranks[0].steps[i]), stepText(all.ranks[r].steps[i]))
+            ASSERT_EQ(stepText(one.ranks[0].steps[i], &one.ranks[0]),
+                      stepText(all.ranks[r].steps[i], &all.ranks[r]))
                 << a.path << " n=" << n << " root=" << root << " rank=" << r << " step " << i;
         }
         checked++;
       }
     }
   }
-  EXPECT_EQ(checked, 8 * 45);  // 8 rooted scripts, every root of n = 1..9
+  EXPECT_EQ(checked, 9 * 45);  // 9 rooted scripts, every root of n = 1..9
 }
 
 // A relabelled gather moves blocks with the root: rank r's block stays block r.

@@ -252,6 +252,7 @@ int cmdList() {
     if (Script::load(a.path, &s, &err)) {
       req = s->requirements();
       summary = s->description().empty() ? "-" : s->description();
+      if (s->foldOrder()) summary += " [fold_order]";
     } else {
       summary = "BROKEN: " + err;
       rc = 1;
@@ -346,9 +347,10 @@ int cmdShow(const Args &a) {
   Schedule s = compileOrDie(*v[0].script, a, n);
   std::string err;
   bool ok = verifySchedule(s, &err);
-  std::printf("%s nranks=%d%s chunks=%d  (%s)\n", v[0].label.c_str(), n,
+  std::printf("%s nranks=%d%s chunks=%d%s%s  (%s)\n", v[0].label.c_str(), n,
               opIsRooted(s.op) ? (" root=" + std::to_string(s.root)).c_str() : "", s.chunks,
-              ok ? "verified" : err.c_str());
+              s.scratchCopies > 1 ? (" scratch_copies=" + std::to_string(s.scratchCopies)).c_str() : "",
+              s.foldOrder ? " fold_order" : "", ok ? "verified" : err.c_str());
   for (int r = 0; r < n; r++) {
     if (a.rank >= 0 && r != a.rank) continue;
     const RankSchedule &rs = s.ranks[r];
@@ -356,10 +358,14 @@ int cmdShow(const Args &a) {
     std::printf("  %5s %5s  %-12s %-12s %-12s %s\n", "stage", "step", "kind", "src", "dst", "peer");
     for (size_t i = 0; i < rs.steps.size(); i++) {
       const Step &x = rs.steps[i];
-      bool hasSrc = x.kind == StepKind::Send || x.kind == StepKind::Copy || x.kind == StepKind::Reduce;
+      std::string src = stepReadsSrc(x.kind) ? refText(x.src) : "-";
+      if (const std::vector<ChunkRef> *f = foldSources(rs, x)) {
+        src.clear();
+        for (const ChunkRef &c : *f) src += (src.empty() ? "" : ",") + refText(c);
+      }
       bool hasDst = x.kind != StepKind::Send;
       std::printf("  %5d %5zu  %-12s %-12s %-12s %s\n", x.stage, i, stepKindName(x.kind),
-                  hasSrc ? refText(x.src).c_str() : "-", hasDst ? refText(x.dst).c_str() : "-",
+                  src.c_str(), hasDst ? refText(x.dst).c_str() : "-",
                   x.peer >= 0 ? std::to_string(x.peer).c_str() : "-");
     }
   }
@@ -386,7 +392,7 @@ int cmdDot(const Args &a) {
     for (int st = 0; st < rs.nstages; st++) {
       std::string label = "stage " + std::to_string(st);
       for (const Step &x : rs.steps)
-        if (x.stage == st) label += "\\n" + stepText(x);
+        if (x.stage == st) label += "\\n" + stepText(x, &rs);
       std::string node = "r" + std::to_string(r) + "_s" + std::to_string(st);
       std::printf("    %s [label=\"%s\"];\n", node.c_str(), label.c_str());
       std::printf("    %s -> %s [style=dotted, arrowhead=none];\n", prev.c_str(), node.c_str());
