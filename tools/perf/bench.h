@@ -61,6 +61,7 @@ struct Options {
   uint64_t splitMask = 0;  // -s: ranks r and q share a communicator iff r & mask == q & mask
   int registerMode = 0;    // -R 1: flagcxMemAlloc + flagcxCommRegister buffers
   bool heap = false;       // -M 1: plain heap buffers (posix_memalign), host adapter only
+  bool deterministic = false;  // -D 1: FLAGCX_DETERMINISTIC=1
   Format format = Format::Table;
   std::vector<const TypeInfo *> types;
   std::vector<const RedInfo *> redops;

@@ -250,6 +250,9 @@ void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char
   if (b.opt.splitMask)
     printf("# split mask 0x%llx: %d group(s), one communicator each; figures of group 0 (%d ranks)\n",
            static_cast<unsigned long long>(b.opt.splitMask), b.ngroups, b.nranks);
+  const char *det = getenv("FLAGCX_DETERMINISTIC");
+  if (det && atoi(det) == 1)
+    printf("# deterministic reductions: on (FLAGCX_DETERMINISTIC=1%s)\n", b.opt.deterministic ? ", -D 1" : "");
   if (b.opt.registerMode)
     printf("# buffers: flagcxMemAlloc, registered with flagcxCommRegister (-R 1)\n");
   if (b.opt.heap)
@@ -438,6 +441,8 @@ int run(const char *opName, int argc, char **argv) {
     std::string v = std::string(op->name) + ":" + opt.algo;
     setenv("FLAGCX_ALGO", v.c_str(), 1);
   }
+
+  if (opt.deterministic) setenv("FLAGCX_DETERMINISTIC", "1", 1);
 
   MPI_Init(&argc, &argv);
   Bench b;

@@ -115,6 +115,8 @@ const FlagHelp kFlagHelp[] = {
           "             adapter's deviceMalloc)", nullptr},
     {'M', "-M 0|1     1: buffers from the heap (posix_memalign), like torch's CPU tensors;\n"
           "             host adapter only, not with -R 1; default 0", nullptr},
+    {'D', "-D 0|1     1: deterministic reductions (FLAGCX_DETERMINISTIC=1: the rank-ordered\n"
+          "             fold, docs/DETERMINISM.md); default 0", nullptr},
     {'F', "-F FORMAT  table (default) or flagcx: FlagCX's own result lines", nullptr},
     {'J', "-J FILE    append every row to FILE as one JSON object per line", nullptr},
     {'h', "-h, --help this help", "-h, --help this help"},
@@ -216,7 +218,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
   static const option kLong[] = {{"repeat", required_argument, nullptr, 'N'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
-  while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:I:M:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:w:W:n:T:p:r:d:o:c:m:a:s:R:F:J:I:M:D:h", kLong, nullptr)) != -1) {
     bool ok = true;
     o->given += static_cast<char>(c);
     switch (c) {
@@ -254,6 +256,7 @@ int parseOptions(int argc, char **argv, Options *o, std::string *err) {
       case 'm': ok = parseInt(optarg, 0, 1, &v); o->mpi = v; break;
       case 'I': ok = parseInt(optarg, 0, 1, &v); o->inPlace = v; break;
       case 'M': ok = parseInt(optarg, 0, 1, &v); o->heap = v; break;
+      case 'D': ok = parseInt(optarg, 0, 1, &v); o->deterministic = v; break;
       case 'r': ok = parseInt(optarg, -1, INT_MAX, &v); o->root = static_cast<int>(v); break;
       case 'd':
         ok = parseList(optarg, kTypes, [](std::string s) {
