@@ -14,7 +14,8 @@ constexpr uint64_t kSeqMask = 0xFFFFF;
 
 uint64_t collTag(uint64_t seq, OpKind op, flagcxDataType_t dt, int root, size_t count,
                  bool ordered) {
-  return kCollMark | (ordered ? kOrderedBit : 0) | ((seq & kSeqMask) << 40) | (static_cast<uint64_t>(op) << 36) |
+  return kCollMark | (ordered ? kOrderedBit : 0) | ((seq & kSeqMask) << 40) |
+         (static_cast<uint64_t>(op) << 36) |
          (static_cast<uint64_t>(dt) << 32) | ((static_cast<uint64_t>(root) & 0xFFF) << 20) |
          (count & 0xFFFFF);
 }

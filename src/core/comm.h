@@ -72,7 +72,8 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
 flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers);
 
 // The operations, after the API's checks: through the vendor pass-through
-// when the communicator has one, else through the executor.
+// when the communicator has one, except the collectives it cannot do our way
+// (deterministic and 8-bit float reductions), else through the executor.
 flagcxResult_t commColl(flagcxComm *comm, const CollArgs &args, flagcxStream_t stream);
 // Deterministic mode for this communicator, before its first collective.
 flagcxResult_t commSetDeterministic(flagcxComm *comm, bool on);

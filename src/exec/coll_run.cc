@@ -1,9 +1,9 @@
 // One collective through its compiled schedule: the schedule's abstract
 // chunks are bound to byte ranges of this call's buffers, then the steps run
-// stage by stage — a stage's local copies and reductions that its messages
-// need first, then all its messages at once (sliced by FLAGCX_NET_CHUNK_SIZE
-// outside direct mode), the stage's other local steps on the host while those
-// move (firstLateLocal).
+// stage by stage — a stage's folds, and the local copies and reductions that
+// its messages need, first, then all its messages at once (sliced by
+// FLAGCX_NET_CHUNK_SIZE outside direct mode), the stage's other local steps on
+// the host while those move (firstLateLocal).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -198,7 +198,11 @@ struct CollCall {
   int n = 0;
   size_t ts = 1;
   bool direct = false, isRoot = true, fuse = false, sinking = false;
-  bool ordered = false;  // a deterministic call: its schedule's Fold steps make the output
+  // Avg on a fold_order schedule: each output chunk is one Fold of all N
+  // contributions (verified), which divides before its one rounding; no
+  // divide at the end.  Other schedules' Folds of an Avg sum, and the end
+  // divides.
+  bool foldAvg = false;
   int64_t chunkParam = 0;  // FLAGCX_NET_CHUNK_SIZE
   uint64_t tag = 0;
   char what[96] = {};
@@ -212,7 +216,6 @@ flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
   size_t selectBytes = a.count * c->ts;
   // A deterministic call takes the ordered schedule, whose fold_order the
   // verifier proved, whatever FLAGCX_ALGO or the tuning would pick.
-  c->ordered = ci.ordered;
   c->sch = ci.ordered ? s->env.algos->selectOrdered(a.op, a.root)
                       : s->env.algos->select(a.op, selectBytes, a.dtype, a.root);
   if (c->sch && ci.ordered && !c->sch->foldOrder) {
@@ -220,6 +223,7 @@ flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
          c->sch->algo.c_str());
     return flagcxInternalError;
   }
+  if (c->sch) c->foldAvg = a.redop == flagcxAvg && c->sch->foldOrder;
   if (!c->sch) {
     WARN(kColl, "rank %d: no schedule for %s (%zu bytes, root %d)", s->rank, opName(a.op),
          selectBytes, a.root);
@@ -361,7 +365,7 @@ void planCopies(ExecState *s, CollCall *c) {
   c->chunkParam = paramInt(Param::NET_CHUNK_SIZE);
   const StageSink &sink = s->sched->staged.sink;
   c->sinking = !c->direct && sink.host && c->out.base == sink.host && a.op != OpKind::AlltoAllv &&
-               !(a.redop == flagcxAvg && opReduces(a.op) && !c->ordered);
+               !(a.redop == flagcxAvg && opReduces(a.op) && !c->foldAvg);
   if (!c->sinking) return;
   std::vector<int> &lastWrite = s->sched->scratchLastWrite;
   lastWrite.assign(static_cast<size_t>(c->out.nchunks), -1);
@@ -391,11 +395,12 @@ flagcxResult_t sinkChunks(ExecState *s, const CollCall &c, int stage) {
 // host copies).  Its sources arrived by plain receives in earlier stages.
 flagcxResult_t runFold(ExecState *s, const CollCall &c, const Step &st) {
   const RankSchedule &rs = *c.rs;
-  if (st.fold < 0 || static_cast<size_t>(st.fold) >= rs.folds.size() || rs.folds[static_cast<size_t>(st.fold)].empty()) {
+  const size_t f = static_cast<size_t>(st.fold);
+  if (st.fold < 0 || f >= rs.folds.size() || rs.folds[f].empty()) {
     WARN(kColl, "rank %d: %s: %s names no sources", s->rank, c.what, stepText(st, &rs).c_str());
     return flagcxInternalError;
   }
-  const std::vector<ChunkRef> &from = rs.folds[static_cast<size_t>(st.fold)];
+  const std::vector<ChunkRef> &from = rs.folds[f];
   char *dp;
   size_t db;
   c.buf(st.dst.buf).range(st.dst.chunk, &dp, &db);
@@ -416,8 +421,9 @@ flagcxResult_t runFold(ExecState *s, const CollCall &c, const Step &st) {
   if (!db) return flagcxSuccess;
   const int n = static_cast<int>(srcs.size());
   const CollArgs &a = *c.a;
-  return c.direct ? s->dev->foldAsync(dp, srcs.data(), n, db / c.ts, a.dtype, a.redop)
-                  : hostFold(dp, srcs.data(), n, db / c.ts, a.dtype, a.redop);
+  const flagcxRedOp_t op = a.redop == flagcxAvg && !c.foldAvg ? flagcxSum : a.redop;
+  return c.direct ? s->dev->foldAsync(dp, srcs.data(), n, db / c.ts, a.dtype, op)
+                  : hostFold(dp, srcs.data(), n, db / c.ts, a.dtype, op);
 }
 
 // Plan a stage, part 1: its local steps.  Those from firstLateLocal's cut
@@ -545,8 +551,7 @@ flagcxResult_t runColl(ExecState *s, CollItem &ci) {
     FLAGCX_CHECK(sinkChunks(s, c, -1));  // chunks no step wrote go back as they are
     s->sched->staged.sink.used = true;
   }
-  // (An ordered call's Fold divided already.)
-  if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot && !c.ordered) {
+  if (a.redop == flagcxAvg && opReduces(a.op) && c.isRoot && !c.foldAvg) {
     // Every reducing op's output holds `count` elements (reducescatter: its block).
     if (c.direct)
       FLAGCX_CHECK(s->dev->divide(a.recv, a.recv, a.count, a.dtype, static_cast<uint64_t>(c.n), nullptr));
