@@ -172,6 +172,22 @@ class BatchRing {
   std::vector<cudaEvent_t> spare_;   // events to reuse
 };
 
+// DeviceAdapter::foldAsync for one device (cuda_fold.cc): launchFold on the
+// private stream; the sources of a fold of more than kFoldParamSources go
+// to the kernel through a device array that a copy on that stream fills
+// just before it (stream order keeps the next fold's copy from overwriting
+// it before this kernel has read it).
+class FoldList {
+ public:
+  flagcxResult_t fold(void *dst, const void *const *srcs, int n, size_t count,
+                      flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t s, int smCount);
+
+ private:
+  std::mutex mu_;  // one writer of dev_ between its copy and the launch
+  void *dev_ = nullptr;
+  size_t cap_ = 0;  // sources dev_ holds
+};
+
 // Why cudaAdapter() returned nullptr ("" when it did not, or was not asked).
 const char *unusableReason();
 
