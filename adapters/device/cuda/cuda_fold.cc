@@ -6,14 +6,39 @@
 // that) needs them all in one kernel: folding in batches would store a
 // partial result between batches, rounded to the dtype for the narrow types
 // (not hostFold's single rounding), and dst may be one of the later
-// sources.  So the pointers go to a device array, grown on demand and
-// written by a cudaMemcpyAsync on the same private stream as the kernel:
-// from pageable memory that call returns only once it has taken the bytes,
-// and stream order keeps the next fold's copy behind this kernel.
+// sources.  So the pointers go to a device array, grown on demand: copied
+// into page-locked memory, then by a cudaMemcpyAsync on the same private
+// stream as the kernel (stream order keeps the next fold's copy behind this
+// kernel).  The page-locked copy is rewritten only once an event says the
+// previous upload is done (not relying on how the driver treats a copy from
+// pageable memory); a fold of many ranks may wait there for the work queued
+// before it.
+#include <cstring>
+
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 
 namespace flagcx::cuda {
+
+flagcxResult_t FoldList::upload(const void *const *srcs, size_t n, cudaStream_t s) {
+  if (uploaded_) FLAGCX_CUDA_TRY("cudaEventSynchronize (fold sources)", cudaEventSynchronize(uploaded_));
+  else FLAGCX_CUDA_TRY("cudaEventCreate (fold sources)", cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  if (n > cap_) {
+    size_t cap = n > 2 * cap_ ? n : 2 * cap_;
+    if (dev_) FLAGCX_CUDA_TRY("cudaFreeAsync (fold sources)", cudaFreeAsync(dev_, s));
+    if (host_) FLAGCX_CUDA_TRY("cudaFreeHost (fold sources)", cudaFreeHost(host_));
+    dev_ = host_ = nullptr;
+    cap_ = 0;
+    FLAGCX_CUDA_TRY("cudaMallocAsync (fold sources)", cudaMallocAsync(&dev_, cap * sizeof(void *), s));
+    FLAGCX_CUDA_TRY("cudaHostAlloc (fold sources)", cudaHostAlloc(&host_, cap * sizeof(void *), cudaHostAllocPortable));
+    cap_ = cap;
+  }
+  memcpy(host_, srcs, n * sizeof(void *));
+  FLAGCX_CUDA_TRY("cudaMemcpyAsync (fold sources)",
+                  cudaMemcpyAsync(dev_, host_, n * sizeof(void *), cudaMemcpyHostToDevice, s));
+  FLAGCX_CUDA_TRY("cudaEventRecord (fold sources)", cudaEventRecord(uploaded_, s));
+  return flagcxSuccess;
+}
 
 flagcxResult_t FoldList::fold(void *dst, const void *const *srcs, int n, size_t count,
                               flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t s, int smCount) {
@@ -24,18 +49,8 @@ flagcxResult_t FoldList::fold(void *dst, const void *const *srcs, int n, size_t 
                     launchFold(dst, srcs, nullptr, n, count, dtype, op, s, smCount));
     return flagcxSuccess;
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  const size_t want = static_cast<size_t>(n);
-  if (want > cap_) {
-    size_t cap = want > 2 * cap_ ? want : 2 * cap_;
-    if (dev_) FLAGCX_CUDA_TRY("cudaFreeAsync (fold sources)", cudaFreeAsync(dev_, s));
-    dev_ = nullptr;
-    cap_ = 0;
-    FLAGCX_CUDA_TRY("cudaMallocAsync (fold sources)", cudaMallocAsync(&dev_, cap * sizeof(void *), s));
-    cap_ = cap;
-  }
-  FLAGCX_CUDA_TRY("cudaMemcpyAsync (fold sources)",
-                  cudaMemcpyAsync(dev_, srcs, want * sizeof(void *), cudaMemcpyHostToDevice, s));
+  std::lock_guard<std::mutex> lk(mu_);  // from the upload through the launch
+  FLAGCX_CHECK(upload(srcs, static_cast<size_t>(n), s));
   FLAGCX_CUDA_TRY("fold kernel launch (engine)",
                   launchFold(dst, srcs, static_cast<const void *const *>(dev_), n, count, dtype, op, s,
                              smCount));

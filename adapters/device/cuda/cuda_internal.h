@@ -183,9 +183,12 @@ class FoldList {
                       flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t s, int smCount);
 
  private:
-  std::mutex mu_;  // one writer of dev_ between its copy and the launch
-  void *dev_ = nullptr;
-  size_t cap_ = 0;  // sources dev_ holds
+  flagcxResult_t upload(const void *const *srcs, size_t n, cudaStream_t s);
+  std::mutex mu_;  // one user of the arrays from the upload through the launch
+  void *dev_ = nullptr;             // the list the kernel reads
+  void *host_ = nullptr;            // its page-locked source
+  cudaEvent_t uploaded_ = nullptr;  // recorded after the last copy out of host_
+  size_t cap_ = 0;                  // sources either array holds
 };
 
 // Why cudaAdapter() returned nullptr ("" when it did not, or was not asked).
