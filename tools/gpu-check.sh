@@ -15,7 +15,7 @@
 #   GPU_CHECK_MATRIX_FULL=1  that matrix at the full size (MR_FULL=1: nranks 1-8,
 #                            a 1 Mi-element count; over the device tool's 10 minutes
 #                            a command) instead of the default: the quick shape
-#                            (nranks 1-5) with all 10 dtypes (MR_DTYPES=all)
+#                            (nranks 1-5) with all 12 dtypes (MR_DTYPES=all)
 #   GPU_CHECK_TESTS=0        skip the tests (benchmarks only)
 #   GPU_CHECK_BENCH=0        skip the benchmarks (tests only)
 #   GPU_CHECK_PREBUILT=1     use the binaries already in <builddir> (no meson,
@@ -75,7 +75,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test"
+targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_fold_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -111,6 +111,7 @@ TESTS=${GPU_CHECK_TESTS:-1}
 BENCH=${GPU_CHECK_BENCH:-1}
 if [ "$TESTS" = 1 ]; then
   run_test cuda-adapter timeout 300 "$B/tests/gpu/cuda_adapter_test"
+  run_test cuda-fold timeout 300 "$B/tests/gpu/cuda_fold_test"
   run_test cuda-multi timeout 600 "$B/tests/gpu/cuda_multi_test"
   run_test cuda-onesided timeout 600 "$B/tests/gpu/cuda_onesided_test"
 fi
@@ -123,7 +124,7 @@ fi
 if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
   # The engine's correctness matrix on device buffers, ranks sharing the GPU:
   # every shipped algorithm x dtypes x ops x counts x in-place x roots, with
-  # all 10 dtypes (MR_DTYPES=all) at the quick shape by default, or the full
+  # all 12 dtypes (MR_DTYPES=all) at the quick shape by default, or the full
   # matrix (GPU_CHECK_MATRIX_FULL=1: MR_FULL=1, nranks 1-8, counts up to
   # 1 Mi + 3 elements).  Host staging (pipelined in 4 KiB slices, so that every
   # message of the matrix crosses slice boundaries), then direct mode (CUDA IPC).

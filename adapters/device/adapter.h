@@ -46,6 +46,10 @@ flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataTy
 // the division for Avg).  dst may be any one of the sources (same address).
 flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
                         flagcxDataType_t dtype, flagcxRedOp_t op);
+// hostFold's argument checks (every adapter's fold makes them): a valid
+// dtype and op, n >= 1 sources, and, unless count is 0, no NULL pointer.
+flagcxResult_t checkFoldArgs(const void *dst, const void *const *srcs, int n, size_t count,
+                             flagcxDataType_t dtype, flagcxRedOp_t op);
 
 class DeviceAdapter {
  public:

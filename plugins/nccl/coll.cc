@@ -199,7 +199,7 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
   PreMul pm;
   NCCLX_CHECK(findPreMul(fn, c, op, t, &pm));
   flagcxDataType_t ft;
-  NCCLX_CHECK(type(fn, t, Use::Reduce, &ft));
+  NCCLX_CHECK(type(fn, t, Use::Scale, &ft));
   flagcxStream_t fs;
   NCCLX_CHECK(mapStream(c, stream, &fs));
   size_t bytes = inCount * getFlagcxDataTypeSize(ft);
@@ -227,14 +227,17 @@ ncclResult_t preMulSum(const char *fn, ncclComm *c, flagcxComm_t fc, const void 
 // what the drop-in touched, so each line it reads costs a miss per call
 // (measured on an H200).  NVIDIA's result and its ncclGetLastError text
 // reach the caller unchanged, as without the drop-in.
+// Reductions pass `typesBelow` = ncclFloat8e4m3: NVIDIA's library
+// accumulates float8 its own way, flagcx in float32 with one rounding, so
+// float8 reductions take the usual path (flagcx's engine).
 template <class F>
 inline F direct(ncclComm *c, F Direct::*fn, size_t count, const void *a, const void *b,
-                ncclDataType_t t) {
+                ncclDataType_t t, ncclDataType_t typesBelow = ncclNumTypes) {
   // A datatype outside nccl.h's enum takes the usual path too, which names it
   // in its one log line (a register compare, no memory touched).
   if (!c || c->magic != ncclComm::kMagic ||
       c->state.load(std::memory_order_acquire) != ncclComm::kReady || (count && (!a || !b)) ||
-      static_cast<unsigned>(t) >= static_cast<unsigned>(ncclNumTypes))
+      static_cast<unsigned>(t) >= static_cast<unsigned>(typesBelow))
     return nullptr;
   F f = c->direct.*fn;
   if (__builtin_expect(f && t_g.depth > 0, 0) && !vendorGroupOpen(c->direct.groupStart, c->direct.groupEnd))
@@ -274,7 +277,7 @@ static ncclResult_t allReduceSlow(const void *sendbuff, void *recvbuff, size_t c
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::allReduce, count, sendbuff, recvbuff, datatype);
+  if (auto f = direct(comm, &Direct::allReduce, count, sendbuff, recvbuff, datatype, ncclFloat8e4m3);
       f && builtinOp(op))
     return f(sendbuff, recvbuff, count, datatype, op, comm->direct.comm, stream);
   return allReduceSlow(sendbuff, recvbuff, count, datatype, op, comm, stream);
@@ -302,7 +305,7 @@ static ncclResult_t reduceSlow(const void *sendbuff, void *recvbuff, size_t coun
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::reduce, count, sendbuff, sendbuff, datatype);
+  if (auto f = direct(comm, &Direct::reduce, count, sendbuff, sendbuff, datatype, ncclFloat8e4m3);
       f && builtinOp(op))
     return f(sendbuff, recvbuff, count, datatype, op, root, comm->direct.comm, stream);
   return reduceSlow(sendbuff, recvbuff, count, datatype, op, root, comm, stream);
@@ -331,7 +334,8 @@ static ncclResult_t reduceScatterSlow(const void *sendbuff, void *recvbuff, size
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
-  if (auto f = direct(comm, &Direct::reduceScatter, recvcount, sendbuff, recvbuff, datatype);
+  if (auto f = direct(comm, &Direct::reduceScatter, recvcount, sendbuff, recvbuff, datatype,
+                         ncclFloat8e4m3);
       f && builtinOp(op))
     return f(sendbuff, recvbuff, recvcount, datatype, op, comm->direct.comm, stream);
   return reduceScatterSlow(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
@@ -470,7 +474,7 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
   if (!op) return fail(ncclInvalidArgument, fn, "op is NULL");
   if (!scalar) return fail(ncclInvalidArgument, fn, "scalar is NULL");
   flagcxDataType_t ft;
-  NCCLX_CHECK(type(fn, datatype, Use::Reduce, &ft));
+  NCCLX_CHECK(type(fn, datatype, Use::Scale, &ft));
   if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
     return fail(ncclInvalidArgument, fn, "residence %d is not an ncclScalarResidence_t",
                 static_cast<int>(residence));

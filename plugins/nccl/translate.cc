@@ -24,7 +24,9 @@ static_assert(int(ncclInt8) == int(flagcxInt8) && int(ncclUint8) == int(flagcxUi
               int(ncclInt32) == int(flagcxInt32) && int(ncclUint32) == int(flagcxUint32) &&
               int(ncclInt64) == int(flagcxInt64) && int(ncclUint64) == int(flagcxUint64) &&
               int(ncclFloat16) == int(flagcxFloat16) && int(ncclFloat32) == int(flagcxFloat32) &&
-              int(ncclFloat64) == int(flagcxFloat64) && int(ncclBfloat16) == int(flagcxBfloat16));
+              int(ncclFloat64) == int(flagcxFloat64) && int(ncclBfloat16) == int(flagcxBfloat16) &&
+              int(ncclFloat8e4m3) == int(flagcxFloat8e4m3) && int(ncclFloat8e5m2) == int(flagcxFloat8e5m2) &&
+              int(ncclNumTypes) == int(flagcxNumTypes));
 static_assert(int(ncclSum) == int(flagcxSum) && int(ncclProd) == int(flagcxProd) &&
               int(ncclMax) == int(flagcxMax) && int(ncclMin) == int(flagcxMin) &&
               int(ncclAvg) == int(flagcxAvg) && int(ncclNumOps) == 5);
@@ -48,13 +50,14 @@ ncclResult_t mapType(ncclDataType_t t, Use use, flagcxDataType_t *out, const cha
     *out = static_cast<flagcxDataType_t>(t);
     return ncclSuccess;
   }
-  if (t == ncclFloat8e4m3 || t == ncclFloat8e5m2) {
-    if (use == Use::Move) {
-      *out = flagcxUint8;  // one byte each; nothing is computed on them
-      return ncclSuccess;
+  if (float8Type(t)) {
+    if (use == Use::Scale) {
+      *why = "PreMulSum on float8 data is not supported by the drop-in (its scaling kernels have no "
+             "float8; sum, prod, max, min and avg are)";
+      return ncclInvalidArgument;
     }
-    *why = "float8 reductions are not supported by flagcx (float8 data can be moved, not reduced)";
-    return ncclInvalidArgument;
+    *out = static_cast<flagcxDataType_t>(t);
+    return ncclSuccess;
   }
   *why = "not an ncclDataType_t";
   return ncclInvalidArgument;

@@ -20,16 +20,18 @@ inline ncclResult_t toNccl(flagcxResult_t r) {
 
 const char *ncclErrorText(ncclResult_t r);
 
-// What a datatype may be used for: plain movement (send, gather, …) or
-// arithmetic (reductions).  flagcx has no float8 arithmetic, but float8 data
-// moves as bytes.
-enum class Use { Move, Reduce };
+// What a datatype is used for: plain movement (send, gather, …), a
+// reduction, or the PreMulSum scaling before one.  Every ncclDataType_t maps
+// to the flagcx type of the same value (float8 included: flagcx reduces it
+// in float32 and rounds once); only the scaling has no float8 kernel.
+enum class Use { Move, Reduce, Scale };
 
 // ncclSuccess and *out set, or ncclInvalidArgument and *why says what.
 ncclResult_t mapType(ncclDataType_t t, Use use, flagcxDataType_t *out, const char **why);
 inline bool fastType(ncclDataType_t t) {
   return static_cast<unsigned>(t) <= static_cast<unsigned>(ncclBfloat16);
 }
+inline bool float8Type(ncclDataType_t t) { return t == ncclFloat8e4m3 || t == ncclFloat8e5m2; }
 
 // Built-in reduction operations map 1:1 (sum, prod, max, min, avg).
 inline bool builtinOp(ncclRedOp_t op) {

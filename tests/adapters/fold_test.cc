@@ -12,36 +12,15 @@
 
 #include "adapters/device/adapter.h"
 #include "adapters/device/host/host_reduce_kernels.h"
+#include "tests/common/float_elems.h"
 
 using namespace flagcx;
 namespace rk = flagcx::reduce_kernels;
 
 namespace {
 
-// Widen / narrow one element of a floating dtype (the scalar conversions are
-// checked against the formats' definitions in reduce_test and fp8_test).
-double widen(const uint8_t *p, flagcxDataType_t dt) {
-  uint16_t h;
-  switch (dt) {
-    case flagcxFloat32: { float f; memcpy(&f, p, 4); return f; }
-    case flagcxFloat64: { double v; memcpy(&v, p, 8); return v; }
-    case flagcxFloat16: memcpy(&h, p, 2); return rk::halfToFloat(h);
-    case flagcxBfloat16: memcpy(&h, p, 2); return rk::bf16ToFloat(h);
-    case flagcxFloat8e4m3: return rk::e4m3ToFloat(*p);
-    default: return rk::e5m2ToFloat(*p);
-  }
-}
-void narrow(double v, uint8_t *p, flagcxDataType_t dt) {
-  uint16_t h;
-  switch (dt) {
-    case flagcxFloat32: { float f = static_cast<float>(v); memcpy(p, &f, 4); return; }
-    case flagcxFloat64: memcpy(p, &v, 8); return;
-    case flagcxFloat16: h = rk::floatToHalf(static_cast<float>(v)); memcpy(p, &h, 2); return;
-    case flagcxBfloat16: h = rk::floatToBf16(static_cast<float>(v)); memcpy(p, &h, 2); return;
-    case flagcxFloat8e4m3: *p = rk::floatToE4m3(static_cast<float>(v)); return;
-    default: *p = rk::floatToE5m2(static_cast<float>(v)); return;
-  }
-}
+using testelems::narrow;
+using testelems::widen;
 
 template <class T>
 T apply(T a, T b, flagcxRedOp_t op) {

@@ -1,7 +1,8 @@
 // GPU micro-benchmarks of the CUDA adapter (not a test):
-//  1. reduce kernel throughput vs cudaMemcpyAsync device-to-device, measured
-//     in the same run; bytes count what moves through memory (copy: read +
-//     write = 2x; reduce: 2 reads + 1 write = 3x the buffer);
+//  1. reduce kernel throughput (f32, bf16, e4m3) vs cudaMemcpyAsync
+//     device-to-device, measured in the same run; bytes count what moves
+//     through memory (copy: read + write = 2x; reduce: 2 reads + 1 write =
+//     3x the buffer); the ordered fold of 2, 4, 8 sources likewise;
 //  2. host tasks in stream order: enqueue -> stream completion round trip.
 // Usage: bench_cuda [maxMiB]   (exits 77 without a usable GPU)
 #include <cuda_runtime_api.h>
@@ -70,6 +71,33 @@ void phase(const char *name, unsigned seconds) {
   alarm(seconds);
 }
 
+// The ordered fold (foldAsync, on the adapter's private stream) of n
+// sources of 64 MiB (four slices of a and four of b): bytes moved are
+// (n + 1) x the source, against the copy rate; every FP8 and wide dtype.
+void foldBandwidth(DeviceAdapter *A, cudaStream_t s, void *a, void *b, void *d, size_t maxBytes) {
+  phase("fold bandwidth", 240);
+  const size_t bytes = std::min<size_t>(maxBytes / 4, 64u << 20);
+  cudaStream_t fs = cuda::internalStream(cuda::currentDevice());
+  double tc = timeMs(s, 20, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+  struct Case {
+    const char *name;
+    flagcxDataType_t dt;
+  } cases[] = {{"f32", flagcxFloat32}, {"f64", flagcxFloat64}, {"bf16", flagcxBfloat16},
+               {"f16", flagcxFloat16}, {"e4m3", flagcxFloat8e4m3}, {"e5m2", flagcxFloat8e5m2}};
+  printf("\nfold of n sources of %zu MiB (bytes moved: (n+1) x source; memcpy %.0f GB/s):\n",
+         bytes >> 20, 2.0 * bytes / tc / 1e6);
+  for (const Case &c : cases)
+    for (int n : {2, 4, 8}) {
+      const void *srcs[8];
+      for (int k = 0; k < n; k++)
+        srcs[k] = static_cast<char *>(k % 2 ? b : a) + (k / 2) * bytes;
+      size_t count = bytes / getFlagcxDataTypeSize(c.dt);
+      double tf = timeMs(fs, 20, [&] { FX(A->foldAsync(d, srcs, n, count, c.dt, flagcxSum)); });
+      double bw = (n + 1.0) * bytes / tf / 1e6, bwc = 2.0 * bytes / tc / 1e6;
+      printf("fold %-5s sum n=%d: %.0f GB/s (%.1f%% of memcpy)\n", c.name, n, bw, 100 * bw / bwc);
+    }
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   signal(SIGALRM, onAlarm);
@@ -97,8 +125,8 @@ int main(int argc, char **argv) {
   FX(H->deviceMalloc(&d, maxBytes, flagcxMemDevice, nullptr));
   FX(H->deviceMemset(a, 0, maxBytes, flagcxMemDevice, nullptr));
   FX(H->deviceMemset(b, 0, maxBytes, flagcxMemDevice, nullptr));
-  printf("\n%-10s %12s %14s %14s %8s %14s %8s\n", "size", "memcpy GB/s", "f32 sum GB/s", "ratio",
-         "", "bf16 sum GB/s", "ratio");
+  printf("\n%-10s %12s %14s %14s %8s %14s %8s %14s %8s\n", "size", "memcpy GB/s", "f32 sum GB/s", "ratio",
+         "", "bf16 sum GB/s", "ratio", "e4m3 sum GB/s", "ratio");
   for (size_t mib = 1; mib <= maxMiB; mib *= 4) {
     phase("reduce bandwidth", 60);
     size_t bytes = mib << 20;
@@ -106,10 +134,13 @@ int main(int argc, char **argv) {
     double tc = timeMs(s, iters, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
     double tf = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes / 4, flagcxFloat32, flagcxSum, fs)); });
     double tb = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes / 2, flagcxBfloat16, flagcxSum, fs)); });
+    double t8 = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes, flagcxFloat8e4m3, flagcxSum, fs)); });
     double bwc = 2.0 * bytes / tc / 1e6, bwf = 3.0 * bytes / tf / 1e6, bwb = 3.0 * bytes / tb / 1e6;
-    printf("%6zu MiB %12.0f %14.0f %13.1f%% %8s %14.0f %7.1f%%\n", mib, bwc, bwf, 100 * bwf / bwc, "",
-           bwb, 100 * bwb / bwc);
+    double bw8 = 3.0 * bytes / t8 / 1e6;
+    printf("%6zu MiB %12.0f %14.0f %13.1f%% %8s %14.0f %7.1f%% %14.0f %7.1f%%\n", mib, bwc, bwf,
+           100 * bwf / bwc, "", bwb, 100 * bwb / bwc, bw8, 100 * bw8 / bwc);
   }
+  foldBandwidth(A, s, a, b, d, maxBytes);
   // Operands without a common 16-byte boundary (the narrower word paths),
   // against the aligned cudaMemcpy of the same size.
   {

@@ -1,5 +1,5 @@
 // The CUDA device adapter in one process: the device-handle table, the
-// reduce/divide kernels for every dtype x op against the host kernels, copies
+// reduce/divide kernels for every dtype (FP8 too) x op against the host kernels, copies
 // between every kind of memory, streams, events, and host tasks in stream
 // order (both mechanisms).  Exits 77 (skipped) without a usable GPU.
 #include <cuda_runtime_api.h>
@@ -16,6 +16,7 @@
 
 #include "adapters/device/cuda/cuda_internal.h"
 #include "adapters/device/cuda/cuda_kernels.h"
+#include "adapters/device/host/host_reduce_kernels.h"
 #include "gpu_common.h"
 
 using namespace flagcx;
@@ -124,14 +125,16 @@ void fillRandom(std::vector<unsigned char> &buf, flagcxDataType_t dt, uint32_t s
       case flagcxFloat32: { float x = real(rng); memcpy(p, &x, 4); break; }
       case flagcxFloat64: { double x = real(rng) * 1.000001; memcpy(p, &x, 8); break; }
       case flagcxBfloat16: { uint16_t x = f2bf(real(rng)); memcpy(p, &x, 2); break; }
+      case flagcxFloat8e4m3: *p = reduce_kernels::floatToE4m3(real(rng)); break;
+      case flagcxFloat8e5m2: *p = reduce_kernels::floatToE5m2(real(rng)); break;
       default: break;
     }
   }
 }
 
-const flagcxDataType_t kTypes[] = {flagcxInt8,    flagcxUint8,   flagcxInt32,  flagcxUint32,
-                                   flagcxInt64,   flagcxUint64,  flagcxFloat16, flagcxFloat32,
-                                   flagcxFloat64, flagcxBfloat16};
+const flagcxDataType_t kTypes[] = {flagcxInt8,    flagcxUint8,    flagcxInt32,      flagcxUint32,
+                                   flagcxInt64,   flagcxUint64,   flagcxFloat16,    flagcxFloat32,
+                                   flagcxFloat64, flagcxBfloat16, flagcxFloat8e4m3, flagcxFloat8e5m2};
 const flagcxRedOp_t kOps[] = {flagcxSum, flagcxProd, flagcxMax, flagcxMin, flagcxAvg};
 
 struct Offsets {

@@ -26,7 +26,7 @@ namespace {
 using flagcx::OpKind;
 
 bool fullRun() { return getenv("MR_FULL") && strcmp(getenv("MR_FULL"), "1") == 0; }
-// MR_DTYPES=all: all 10 dtypes at the quick matrix's shape (MR_FULL implies it).
+// MR_DTYPES=all: all 12 dtypes at the quick matrix's shape (MR_FULL implies it).
 bool allDtypes() { return fullRun() || (getenv("MR_DTYPES") && strcmp(getenv("MR_DTYPES"), "all") == 0); }
 // MR_DEVICE=cuda (tools/gpu-check.sh): buffers in device memory.
 bool deviceRun() { return getenv("MR_DEVICE") && *getenv("MR_DEVICE"); }
@@ -136,10 +136,10 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
   else counts.push_back(4099);
   std::vector<flagcxDataType_t> dts;
   if (allDtypes()) {
-    dts = {flagcxInt8, flagcxUint8, flagcxInt32, flagcxUint32, flagcxInt64,
-           flagcxUint64, flagcxFloat16, flagcxBfloat16, flagcxFloat32, flagcxFloat64};
+    dts = {flagcxInt8,     flagcxUint8,    flagcxInt32,   flagcxUint32,     flagcxInt64,     flagcxUint64,
+           flagcxFloat16,  flagcxBfloat16, flagcxFloat32, flagcxFloat64, flagcxFloat8e4m3, flagcxFloat8e5m2};
   } else {
-    dts = {flagcxInt8, flagcxUint32, flagcxFloat16, flagcxBfloat16, flagcxFloat32};
+    dts = {flagcxInt8, flagcxUint32, flagcxFloat16, flagcxBfloat16, flagcxFloat32, flagcxFloat8e4m3};
   }
   bool reduces = flagcx::opReduces(c.op);
   std::vector<flagcxRedOp_t> redops = {flagcxSum};

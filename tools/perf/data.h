@@ -1,6 +1,6 @@
 // Test data for the benchmarks (and the collective tests in tests/multirank):
 // rank- and index-dependent values that every dtype holds exactly, typed
-// fill and check loops, and half/bfloat16 conversions of our own.
+// fill and check loops, and half/bfloat16/8-bit float conversions of our own.
 //
 // The value rank r contributes at index i depends on r and on a key
 // k(i) in 0..15 only: value = ((r + k(i)) mod 16) + 1.  So
@@ -96,6 +96,39 @@ inline float bf16BitsToFloat(uint16_t b) {
   return f;
 }
 
+// The OCP 8-bit floats, also of our own: decoded exactly (e4m3: bias 7, no
+// infinity, S.1111.111 is NaN; e5m2: bias 15, IEEE-like), encoded to the
+// nearest finite code, ties to the even code (e4m3 saturates at 448; the
+// values used here stay far below either format's largest); the encoder
+// searches the codes by bisection.
+struct F8e4m3 { uint8_t bits; };
+struct F8e5m2 { uint8_t bits; };
+
+template <int M, int Bias>
+inline double fp8BitsToDouble(uint8_t b) {
+  const int e = (b & 0x7f) >> M, m = b & ((1 << M) - 1);
+  if (M == 3 && (b & 0x7f) == 0x7f) return NAN;
+  if (M == 2 && e == 31) return m ? NAN : ((b & 0x80) ? -INFINITY : INFINITY);
+  double v = e == 0 ? std::ldexp(m, 1 - Bias - M) : std::ldexp(m | (1 << M), e - Bias - M);
+  return (b & 0x80) ? -v : v;
+}
+template <int M, int Bias, unsigned MaxCode>
+inline uint8_t doubleToFp8Bits(double v) {
+  if (v != v) return 0x7f;
+  auto at = [](unsigned c) { return fp8BitsToDouble<M, Bias>(static_cast<uint8_t>(c)); };
+  const double a = std::fabs(v);
+  unsigned lo = 0, hi = MaxCode, best = MaxCode;  // positive codes grow with their value
+  if (a < at(MaxCode)) {
+    while (hi - lo > 1) {  // at(lo) <= a < at(hi)
+      unsigned mid = (lo + hi) / 2;
+      (at(mid) <= a ? lo : hi) = mid;
+    }
+    double dl = a - at(lo), dh = at(hi) - a;
+    best = dl < dh ? lo : dh < dl ? hi : (lo & 1 ? hi : lo);
+  }
+  return static_cast<uint8_t>((v < 0 ? 0x80u : 0u) | best);
+}
+
 // Conversions between a double and each element type (integers wrap as a
 // store into the type does).
 template <class T> inline T fromDouble(double v) {
@@ -107,6 +140,10 @@ template <> inline Bf16 fromDouble<Bf16>(double v) { return {floatToBf16Bits(sta
 template <class T> inline double toDouble(T v) { return static_cast<double>(v); }
 template <> inline double toDouble<Half>(Half v) { return halfBitsToFloat(v.bits); }
 template <> inline double toDouble<Bf16>(Bf16 v) { return bf16BitsToFloat(v.bits); }
+template <> inline F8e4m3 fromDouble<F8e4m3>(double v) { return {doubleToFp8Bits<3, 7, 0x7e>(v)}; }
+template <> inline F8e5m2 fromDouble<F8e5m2>(double v) { return {doubleToFp8Bits<2, 15, 0x7b>(v)}; }
+template <> inline double toDouble<F8e4m3>(F8e4m3 v) { return fp8BitsToDouble<3, 7>(v.bits); }
+template <> inline double toDouble<F8e5m2>(F8e5m2 v) { return fp8BitsToDouble<2, 15>(v.bits); }
 
 // p[i] = table[patternKey(idx0 + i)], the table given as doubles.
 template <class T> void fillTyped(void *buf, size_t n, size_t idx0, const double *table) {
@@ -153,6 +190,8 @@ template <template <class> class F, class... A> auto dispatch(flagcxDataType_t d
     case flagcxFloat16: return F<Half>::call(args...);
     case flagcxBfloat16: return F<Bf16>::call(args...);
     case flagcxFloat64: return F<double>::call(args...);
+    case flagcxFloat8e4m3: return F<F8e4m3>::call(args...);
+    case flagcxFloat8e5m2: return F<F8e5m2>::call(args...);
     default: return F<float>::call(args...);
   }
 }
@@ -170,26 +209,46 @@ template <class T> struct Store {  // the value as the type holds it
 };
 
 inline bool isIntType(flagcxDataType_t dt) { return dt <= flagcxUint64; }
+inline bool isFloat8(flagcxDataType_t dt) { return dt == flagcxFloat8e4m3 || dt == flagcxFloat8e5m2; }
 
+// The 8-bit floats' sums and averages: their values are exact, so this
+// covers only an average's division (the reference divides in double);
+// under half a unit at 1, so that a contribution missed or counted twice (1
+// in a sum of at most 8) shows.
 inline double tolerance(flagcxDataType_t dt) {
   if (isIntType(dt)) return 0;
   if (dt == flagcxFloat16) return 1e-2;
   if (dt == flagcxBfloat16) return 2e-2;
+  if (dt == flagcxFloat8e4m3) return 0.06;
+  if (dt == flagcxFloat8e5m2) return 0.12;
   return 1e-5;
+}
+
+// keyValue as dtype `dt` gets it.  The 8-bit floats hold the integers
+// exactly only up to 16 (e4m3) or 8 (e5m2), and a path that rounds every
+// partial sum (a ring) would drift from the once-rounded reference by up to
+// 25 % (e4m3) or 43 % (e5m2) over 16 ranks; so their sums and averages take
+// the values 1 and 0 (1 where keyValue's products take 2: at most 4 of any
+// 16 consecutive ranks), and every partial sum over up to 32 ranks is an
+// integer of at most 8, exact in any order.  Products (1 and 2), max and
+// min are exact anyway.
+inline double keyValueAs(int rank, unsigned key, flagcxRedOp_t op, flagcxDataType_t dt) {
+  if (isFloat8(dt) && (op == flagcxSum || op == flagcxAvg)) return keyValue(rank, key, flagcxProd) - 1;
+  return keyValue(rank, key, op);
 }
 
 // table[k] = what `rank` sends where the key is k, as dtype holds it.
 inline void sourceTable(int rank, flagcxDataType_t dt, flagcxRedOp_t op, double *table) {
-  for (unsigned k = 0; k < kKeys; k++) table[k] = dispatch<Store>(dt, keyValue(rank, k, op));
+  for (unsigned k = 0; k < kKeys; k++) table[k] = dispatch<Store>(dt, keyValueAs(rank, k, op, dt));
 }
 
 // table[k] = the reduction over all ranks where the key is k, as dtype holds
 // it (integers wrap; an integer average truncates).
 inline void reducedTable(int nranks, flagcxDataType_t dt, flagcxRedOp_t op, double *table) {
   for (unsigned k = 0; k < kKeys; k++) {
-    double acc = dispatch<Store>(dt, keyValue(0, k, op));
+    double acc = dispatch<Store>(dt, keyValueAs(0, k, op, dt));
     for (int r = 1; r < nranks; r++) {
-      double v = dispatch<Store>(dt, keyValue(r, k, op));
+      double v = dispatch<Store>(dt, keyValueAs(r, k, op, dt));
       switch (op) {
         case flagcxProd: acc *= v; break;
         case flagcxMax: acc = std::fmax(acc, v); break;

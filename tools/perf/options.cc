@@ -43,11 +43,13 @@ const TypeInfo kTypes[] = {
     {"float", flagcxFloat32, MPI_FLOAT, MPI_FLOAT},
     {"double", flagcxFloat64, MPI_DOUBLE, MPI_DOUBLE},
     {"bfloat16", flagcxBfloat16, MPI_DATATYPE_NULL, MPI_UINT16_T},
+    {"float8e4m3", flagcxFloat8e4m3, MPI_DATATYPE_NULL, MPI_UINT8_T},
+    {"float8e5m2", flagcxFloat8e5m2, MPI_DATATYPE_NULL, MPI_UINT8_T},
 };
 const struct { const char *alias, *name; } kTypeAliases[] = {
     {"char", "int8"}, {"int", "int32"}, {"float16", "half"}, {"fp16", "half"},
     {"float32", "float"}, {"fp32", "float"}, {"float64", "double"}, {"fp64", "double"},
-    {"bf16", "bfloat16"}};
+    {"bf16", "bfloat16"}, {"fp8e4m3", "float8e4m3"}, {"fp8e5m2", "float8e5m2"}};
 
 const RedInfo kRedOps[] = {{"sum", flagcxSum, MPI_SUM},
                            {"prod", flagcxProd, MPI_PROD},
@@ -94,8 +96,8 @@ const FlagHelp kFlagHelp[] = {
      nullptr},
     {'p', "-p 0|1     print an excerpt of rank 0's result buffer, default 0", nullptr},
     {'r', "-r ROOT    root of rooted ops, 0..ranks-1; -1 (default): every root in turn", nullptr},
-    {'d', "-d TYPE    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or\n"
-          "             all (default float; a comma list works too)", nullptr},
+    {'d', "-d TYPE    int8 uint8 int32 uint32 int64 uint64 half float double bfloat16\n"
+          "             float8e4m3 float8e5m2, or all (default float; a comma list works too)", nullptr},
     {'o', "-o OP      sum prod max min avg, or all (default sum; a comma list works too)", nullptr},
     {'c', "-c 0|1     check every element of the results, default 1 (0: #wrong prints -)",
      "-c 0|1     check every byte that moved, default 1 (0: wrong prints -)"},

@@ -1,5 +1,5 @@
 // The CUDA device adapter: the flagcxDeviceHandle table on the CUDA runtime,
-// the DeviceAdapter object (reduce/divide/copy kernels, stream-ordered host
+// the DeviceAdapter object (reduce/divide/fold/copy kernels, stream-ordered host
 // tasks), and cudaAdapter(), which the FLAGCX_DEVICE choice
 // (adapters/device/select.cc) calls in builds that have CUDA.
 //
@@ -346,6 +346,12 @@ class CudaAdapter final : public DeviceAdapter {
                     launchReduce2(dst, dst2, a, b, count, dtype, op, internalStream(dev), smCount(dev)));
     return flagcxSuccess;
   }
+  flagcxResult_t foldAsync(void *dst, const void *const *srcs, int n, size_t count,
+                           flagcxDataType_t dtype, flagcxRedOp_t op) override {
+    int dev = currentDevice();
+    if (dev < 0 || dev >= kMaxDev) return flagcxInternalError;
+    return fold_[dev].fold(dst, srcs, n, count, dtype, op, internalStream(dev), smCount(dev));
+  }
   // Pieces whose ends share their offset mod 16 go, in chunks, to one copy
   // kernel (BatchRing, cuda_batch.cc); the rest one copy each.
   flagcxResult_t copyBatchAsync(const CopyPiece *pieces, size_t n) override {
@@ -446,6 +452,11 @@ class CudaAdapter final : public DeviceAdapter {
                          smCount(dev)) != cudaSuccess)
           res = flagcxUnhandledDeviceError;
       }
+      const void *srcs[2] = {buf + 4096, buf + 8192};  // the fold kernel of every dtype x op
+      for (int op = 0; op < flagcxRedNoOp; op++)
+        if (launchFold(buf, srcs, nullptr, 2, 100, dtype, static_cast<flagcxRedOp_t>(op), s,
+                       smCount(dev)) != cudaSuccess)
+          res = flagcxUnhandledDeviceError;
       if (launchDivide(buf, buf + 4096, 256 / ts, dtype, 3, s, smCount(dev)) != cudaSuccess ||
           launchDivide(buf + ts, buf + 4096 + 2 * ts, 100, dtype, 3, s, smCount(dev)) != cudaSuccess)
         res = flagcxUnhandledDeviceError;
@@ -480,6 +491,7 @@ class CudaAdapter final : public DeviceAdapter {
   std::mutex markMu_;
   Marks marks_[kMaxDev];
   BatchRing batch_[kMaxDev];  // copyBatchAsync's chunk lists, per device
+  FoldList fold_[kMaxDev];     // foldAsync's long source lists, per device
   static flagcxResult_t needDeviceAccess(const char *fn, const void *d, const void *a, const void *b) {
     if (where(d) == Where::HostPageable || where(a) == Where::HostPageable ||
         where(b) == Where::HostPageable)

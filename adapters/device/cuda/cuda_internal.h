@@ -172,6 +172,25 @@ class BatchRing {
   std::vector<cudaEvent_t> spare_;   // events to reuse
 };
 
+// DeviceAdapter::foldAsync for one device (cuda_fold.cc): launchFold on the
+// private stream; the sources of a fold of more than kFoldParamSources go
+// to the kernel through a device array that a copy on that stream fills
+// just before it (stream order keeps the next fold's copy from overwriting
+// it before this kernel has read it).
+class FoldList {
+ public:
+  flagcxResult_t fold(void *dst, const void *const *srcs, int n, size_t count,
+                      flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t s, int smCount);
+
+ private:
+  flagcxResult_t upload(const void *const *srcs, size_t n, cudaStream_t s);
+  std::mutex mu_;  // one user of the arrays from the upload through the launch
+  void *dev_ = nullptr;             // the list the kernel reads
+  void *host_ = nullptr;            // its page-locked source
+  cudaEvent_t uploaded_ = nullptr;  // recorded after the last copy out of host_
+  size_t cap_ = 0;                  // sources either array holds
+};
+
 // Why cudaAdapter() returned nullptr ("" when it did not, or was not asked).
 const char *unusableReason();
 

@@ -29,7 +29,6 @@ __attribute__((visibility("default"))) MisalignedPath g_misaligned = MisalignedP
 namespace {
 
 using namespace kern;  // building blocks: cuda_kernels.h
-constexpr int kBlocksPerSm = 2;  // with __launch_bounds__ below: 1024 threads/SM, <= 64 registers
 
 // Word types the word path moves: the widest width at which all operands
 // share their offset.  Equal offsets mod 16 (the usual case) give 16-byte
@@ -249,25 +248,6 @@ bool congruent(size_t W, const void *p0, const void *p1, const void *p2) {
   uintptr_t m = reinterpret_cast<uintptr_t>(p0) % W;
   return reinterpret_cast<uintptr_t>(p1) % W == m &&
          (!p2 || reinterpret_cast<uintptr_t>(p2) % W == m) && m % sizeof(T) == 0;
-}
-
-template <class T, class V>
-Split split(size_t count, const void *p0) {
-  constexpr size_t W = sizeof(V);
-  constexpr size_t n = W / sizeof(T);
-  uintptr_t m = reinterpret_cast<uintptr_t>(p0) % W;
-  size_t head = ((W - m) % W) / sizeof(T);
-  if (head > count) head = count;
-  return {head, (count - head) / n, count};
-}
-
-unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
-  size_t scalar = sp.head + (sp.count - sp.head - sp.nvec * perVec);
-  size_t work = sp.nvec > scalar ? sp.nvec : scalar;
-  size_t want = (work + kThreads - 1) / kThreads;
-  size_t cap = static_cast<size_t>(smCount > 0 ? smCount : 1) * kBlocksPerSm;
-  if (want > cap) want = cap;
-  return static_cast<unsigned>(want ? want : 1);
 }
 
 // Which of this file's paths takes operands that differ modulo 16 when a

@@ -30,6 +30,21 @@ cudaError_t launchReduce2(void *dst, void *dst2, const void *a, const void *b, s
 cudaError_t launchDivide(void *dst, const void *src, size_t count, flagcxDataType_t dtype,
                          uint64_t divisor, cudaStream_t stream, int smCount);
 
+// The rank-ordered left fold (cuda_fold.cu), hostFold's contract bit for
+// bit: dst[i] = ((srcs[0][i] op srcs[1][i]) op ...) op srcs[n-1][i]; float
+// and double in their own arithmetic, every step rounded to nearest even
+// (no FMA contraction); half, bfloat16 and the 8-bit floats accumulate in
+// float and round once; Avg divides by n (in float for the narrow types)
+// before that rounding.  dst may be one of the sources.  Up to
+// kFoldParamSources sources travel in the kernel's parameters; beyond that
+// the kernel reads them from `devList`, a device-memory copy of srcs that
+// the caller keeps alive and unchanged until the kernel has run.  `srcs` is
+// host memory either way (alignment is decided from it).
+constexpr int kFoldParamSources = 64;
+cudaError_t launchFold(void *dst, const void *const *srcs, const void *const *devList, int n,
+                       size_t count, flagcxDataType_t dtype, flagcxRedOp_t op, cudaStream_t stream,
+                       int smCount);
+
 // dst[i] = src[i] as bytes; the same vectorized kernel shape, used by the
 // benchmark as a copy-kernel baseline next to cudaMemcpyAsync.
 // How operands without a common 16-byte offset are handled: `realign`
@@ -223,6 +238,32 @@ __device__ __forceinline__ V apply1(V x, const F &f) {
 struct Split {
   size_t head, nvec, count;
 };
+
+// Blocks per multiprocessor of the element-wise kernels: with
+// __launch_bounds__(kThreads, kBlocksPerSm), 1024 threads/SM, <= 64 registers.
+constexpr int kBlocksPerSm = 2;
+
+// The split of `count` elements of T starting at p0 into words of V.
+template <class T, class V>
+inline Split split(size_t count, const void *p0) {
+  constexpr size_t W = sizeof(V);
+  constexpr size_t n = W / sizeof(T);
+  uintptr_t m = reinterpret_cast<uintptr_t>(p0) % W;
+  size_t head = ((W - m) % W) / sizeof(T);
+  if (head > count) head = count;
+  return {head, (count - head) / n, count};
+}
+
+// Blocks of a launch over `sp` (perVec elements per word): enough for the
+// work, at most kBlocksPerSm per multiprocessor.
+inline unsigned gridFor(const Split &sp, size_t perVec, int smCount) {
+  size_t scalar = sp.head + (sp.count - sp.head - sp.nvec * perVec);
+  size_t work = sp.nvec > scalar ? sp.nvec : scalar;
+  size_t want = (work + kThreads - 1) / kThreads;
+  size_t cap = static_cast<size_t>(smCount > 0 ? smCount : 1) * kBlocksPerSm;
+  if (want > cap) want = cap;
+  return static_cast<unsigned>(want ? want : 1);
+}
 
 // Calls run(T *tag, F f) with the element type and operator of a reduce.
 template <class T, class Run>

@@ -1,4 +1,4 @@
-// hostReduce / hostDivide: argument checks, then the fastest kernel variant
+// hostReduce / hostDivide / hostFold: argument checks, then the fastest kernel variant
 // the running CPU supports (AVX2 on x86-64 when present, else the baseline).
 #include "adapters/device/adapter.h"
 #include "base/base.h"
@@ -56,8 +56,8 @@ flagcxResult_t hostDivide(void *dst, const void *src, size_t count, flagcxDataTy
   return flagcxSuccess;
 }
 
-flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
-                        flagcxDataType_t dtype, flagcxRedOp_t op) {
+flagcxResult_t checkFoldArgs(const void *dst, const void *const *srcs, int n, size_t count,
+                             flagcxDataType_t dtype, flagcxRedOp_t op) {
   if (static_cast<unsigned>(dtype) >= flagcxNumTypes)
     return argError(flagcxInvalidArgument, kColl, "fold: invalid datatype %d", static_cast<int>(dtype));
   if (static_cast<unsigned>(op) >= flagcxRedNoOp)
@@ -67,7 +67,13 @@ flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
   for (int k = 0; k < n; k++)
     if (!srcs[k]) return argError(flagcxInvalidArgument, kColl, "fold: source %d is NULL", k);
   if (!dst) return argError(flagcxInvalidArgument, kColl, "fold: NULL destination");
-  kernels().fold(dst, srcs, n, count, dtype, op);
+  return flagcxSuccess;
+}
+
+flagcxResult_t hostFold(void *dst, const void *const *srcs, int n, size_t count,
+                        flagcxDataType_t dtype, flagcxRedOp_t op) {
+  FLAGCX_CHECK(checkFoldArgs(dst, srcs, n, count, dtype, op));
+  if (count) kernels().fold(dst, srcs, n, count, dtype, op);
   return flagcxSuccess;
 }
 

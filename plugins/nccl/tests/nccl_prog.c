@@ -115,14 +115,22 @@ static void collectives(ncclComm_t comm, int rank) {
   CHECK(ncclAllReduce(a, b, N, ncclFloat, (ncclRedOp_t)77, comm, NULL) == ncclInvalidArgument,
         "unknown op is refused");
 
-  /* float8: moved as bytes, never reduced. */
+  /* float8: moved as bytes, reduced in float32 (1 + 2 on the two ranks). */
   unsigned char f8[N], g8[N * R];
   for (int i = 0; i < N; i++) f8[i] = (unsigned char)(rank * 100 + i);
   OK(ncclAllGather(f8, g8, N, ncclFloat8e4m3, comm, NULL));
   for (int r = 0; r < R; r++)
     for (int i = 0; i < N; i++) CHECK(g8[r * N + i] == (unsigned char)(r * 100 + i), "fp8 allgather");
-  CHECK(ncclAllReduce(f8, g8, N, ncclFloat8e5m2, ncclSum, comm, NULL) == ncclInvalidArgument,
-        "fp8 reduction refused");
+  memset(f8, rank == 0 ? 0x3c : 0x40, N); /* e5m2: 1.0, 2.0 */
+  OK(ncclAllReduce(f8, g8, N, ncclFloat8e5m2, ncclSum, comm, NULL));
+  for (int i = 0; i < N; i++) CHECK(g8[i] == 0x42, "fp8 e5m2 allreduce sum [%d] = 0x%02x", i, g8[i]);
+  memset(f8, rank == 0 ? 0x38 : 0x40, N); /* e4m3: 1.0, 2.0 */
+  OK(ncclAllReduce(f8, g8, N, ncclFloat8e4m3, ncclAvg, comm, NULL));
+  for (int i = 0; i < N; i++) CHECK(g8[i] == 0x3c, "fp8 e4m3 allreduce avg [%d] = 0x%02x", i, g8[i]);
+  ncclRedOp_t op8;
+  unsigned char two = 0x40;
+  CHECK(ncclRedOpCreatePreMulSum(&op8, &two, ncclFloat8e4m3, ncclScalarHostImmediate, comm) ==
+            ncclInvalidArgument, "fp8 PreMulSum refused");
   CHECK(ncclAllReduce(a, b, N, (ncclDataType_t)12, ncclSum, comm, NULL) == ncclInvalidArgument,
         "unknown datatype refused");
 }

@@ -41,7 +41,7 @@ TEST(Translate, ErrorStrings) {
 
 TEST(Translate, Datatypes) {
   for (int t = ncclInt8; t <= ncclBfloat16; t++) {
-    for (Use u : {Use::Move, Use::Reduce}) {
+    for (Use u : {Use::Move, Use::Reduce, Use::Scale}) {
       flagcxDataType_t out = flagcxNumTypes;
       const char *why = nullptr;
       ASSERT_EQ(mapType(static_cast<ncclDataType_t>(t), u, &out, &why), ncclSuccess);
@@ -52,12 +52,21 @@ TEST(Translate, Datatypes) {
   EXPECT_EQ(getFlagcxDataTypeSize(flagcxFloat16), 2u);
   EXPECT_EQ(getFlagcxDataTypeSize(flagcxBfloat16), 2u);
   EXPECT_EQ(getFlagcxDataTypeSize(flagcxInt64), 8u);
+  // float8: the flagcx type of the same value, moved and reduced; only the
+  // PreMulSum scaling refuses it.
+  EXPECT_EQ(getFlagcxDataTypeSize(flagcxFloat8e4m3), 1u);
   for (ncclDataType_t t : {ncclFloat8e4m3, ncclFloat8e5m2}) {
+    for (Use u : {Use::Move, Use::Reduce}) {
+      flagcxDataType_t out = flagcxNumTypes;
+      const char *why = nullptr;
+      EXPECT_EQ(mapType(t, u, &out, &why), ncclSuccess);
+      EXPECT_EQ(static_cast<int>(out), static_cast<int>(t));
+    }
+    EXPECT_EQ(static_cast<int>(t) == ncclFloat8e4m3 ? flagcxFloat8e4m3 : flagcxFloat8e5m2,
+              static_cast<flagcxDataType_t>(t));
     flagcxDataType_t out = flagcxNumTypes;
     const char *why = nullptr;
-    EXPECT_EQ(mapType(t, Use::Move, &out, &why), ncclSuccess);
-    EXPECT_EQ(out, flagcxUint8);
-    EXPECT_EQ(mapType(t, Use::Reduce, &out, &why), ncclInvalidArgument);
+    EXPECT_EQ(mapType(t, Use::Scale, &out, &why), ncclInvalidArgument);
     ASSERT_NE(why, nullptr);
     EXPECT_NE(strstr(why, "float8"), nullptr);
   }
@@ -66,6 +75,7 @@ TEST(Translate, Datatypes) {
     const char *why = nullptr;
     EXPECT_EQ(mapType(static_cast<ncclDataType_t>(bad), Use::Move, &out, &why), ncclInvalidArgument);
     EXPECT_EQ(mapType(static_cast<ncclDataType_t>(bad), Use::Reduce, &out, &why), ncclInvalidArgument);
+    EXPECT_EQ(mapType(static_cast<ncclDataType_t>(bad), Use::Scale, &out, &why), ncclInvalidArgument);
   }
 }
 

@@ -59,6 +59,16 @@ bool processDeviceIsHost() {
   return host == 1;
 }
 
+// torch.float8_e4m3fn / float8_e5m2 (torch 2.1 and later) are the OCP
+// formats flagcx's FP8 types hold (e4m3: no infinity, NaN 0x7f/0xff).
+#ifndef TORCH_VERSION_MAJOR
+#error "torch/version.h (through common.hpp) must come first"
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define FLAGCX_TORCH_HAS_FLOAT8 1
+#else
+#define FLAGCX_TORCH_HAS_FLOAT8 0
+#endif
 bool toFlagcx(at::ScalarType t, flagcxDataType_t *out) {
   switch (t) {
     case at::kChar: *out = flagcxInt8; return true;
@@ -70,6 +80,10 @@ bool toFlagcx(at::ScalarType t, flagcxDataType_t *out) {
     case at::kFloat: *out = flagcxFloat32; return true;
     case at::kDouble: *out = flagcxFloat64; return true;
     case at::kBFloat16: *out = flagcxBfloat16; return true;
+#if FLAGCX_TORCH_HAS_FLOAT8
+    case at::kFloat8_e4m3fn: *out = flagcxFloat8e4m3; return true;
+    case at::kFloat8_e5m2: *out = flagcxFloat8e5m2; return true;
+#endif
     default: return false;
   }
 }
@@ -103,7 +117,8 @@ Reduction reduction(const char *opName, const at::Tensor &t, const c10d::ReduceO
   }
   TORCH_CHECK(toFlagcx(r.view.scalar_type(), &r.dtype), "flagcx ", opName, ": tensors of type ",
               t.scalar_type(), " cannot be reduced (flagcx reduces int8, uint8, int32, int64, ",
-              "float16, bfloat16, float32, float64, bool and complex)");
+              "float16, bfloat16, float32, float64, float8_e4m3fn and float8_e5m2 (torch 2.1+), ",
+              "bool and complex)");
   switch (kind) {
     case c10d::ReduceOp::SUM: r.op = flagcxSum; break;
     case c10d::ReduceOp::AVG: r.op = flagcxAvg; break;
@@ -111,6 +126,8 @@ Reduction reduction(const char *opName, const at::Tensor &t, const c10d::ReduceO
     case c10d::ReduceOp::MIN: r.op = flagcxMin; break;
     case c10d::ReduceOp::MAX: r.op = flagcxMax; break;
     case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(r.dtype != flagcxFloat8e4m3 && r.dtype != flagcxFloat8e5m2, "flagcx ", opName,
+                  ": PREMUL_SUM is not supported on float8 tensors (SUM, AVG, PRODUCT, MIN, MAX are)");
       r.op = flagcxSum;
       r.premul = true;
       auto *sup = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
