@@ -16,6 +16,7 @@
 #include "core/comm.h"
 #include "sched/ir.h"
 #include "sched/registry.h"
+#include "tests/common/device_mirror.h"
 #include "tests/common/harness.h"
 #include "net/socket/socket_mover.h"
 #include "tests/common/inspect.h"
@@ -28,50 +29,8 @@ using flagcx::OpKind;
 bool fullRun() { return getenv("MR_FULL") && strcmp(getenv("MR_FULL"), "1") == 0; }
 // MR_DTYPES=all: all 12 dtypes at the quick matrix's shape (MR_FULL implies it).
 bool allDtypes() { return fullRun() || (getenv("MR_DTYPES") && strcmp(getenv("MR_DTYPES"), "all") == 0); }
-// MR_DEVICE=cuda (tools/gpu-check.sh): buffers in device memory.
-bool deviceRun() { return getenv("MR_DEVICE") && *getenv("MR_DEVICE"); }
-
-// Device copies of a case's two host buffers; pointers into either map across.
-struct DeviceMirror {
-  flagcxDeviceHandle_t h = nullptr;
-  std::vector<char> *hb[2] = {nullptr, nullptr};
-  char *db[2] = {nullptr, nullptr};
-  int init(flagcxDeviceHandle_t handle, std::vector<char> &a, std::vector<char> &b) {
-    h = handle;
-    hb[0] = &a;
-    hb[1] = &b;
-    for (int k = 0; k < 2; k++) {
-      void *p = nullptr;
-      if (h->deviceMalloc(&p, hb[k]->size() + 16, flagcxMemDevice, nullptr) != flagcxSuccess) return 1;
-      db[k] = static_cast<char *>(p);
-      if (h->deviceMemcpy(db[k], hb[k]->data(), hb[k]->size(), flagcxMemcpyHostToDevice, nullptr) !=
-          flagcxSuccess)
-        return 1;
-    }
-    return 0;
-  }
-  char *map(char *p) const {
-    for (int k = 0; k < 2; k++)
-      if (p >= hb[k]->data() && p <= hb[k]->data() + hb[k]->size()) return db[k] + (p - hb[k]->data());
-    return p;
-  }
-  char *unmap(char *p) const {
-    for (int k = 0; k < 2; k++)
-      if (db[k] && p >= db[k] && p <= db[k] + hb[k]->size()) return hb[k]->data() + (p - db[k]);
-    return p;
-  }
-  int back() {
-    for (int k = 0; k < 2; k++)
-      if (h->deviceMemcpy(hb[k]->data(), db[k], hb[k]->size(), flagcxMemcpyDeviceToHost, nullptr) !=
-          flagcxSuccess)
-        return 1;
-    return 0;
-  }
-  ~DeviceMirror() {
-    for (char *p : db)
-      if (p) h->deviceFree(p, flagcxMemDevice, nullptr);
-  }
-};
+using testdev::deviceRun;
+using testdev::DeviceMirror;
 
 // Test data: tools/perf/data.h's pattern (every rank wins some elements of
 // a max and of a min; the blocks of one buffer differ), its conversions and

@@ -5,12 +5,29 @@
 // sockets, FLAGCX_ALGO forcing the rings; every output compared bit for bit
 // with the rank-ordered left fold the test computes (tests/exec/det_ref.h).
 // Also the switch's rules, and a rank in the mode beside one that is not.
+//
+// MR_DEVICE=cuda: every call runs on device copies of its buffers (in place
+// stays in place), the results are copied back and compared as above.  On a
+// CUDA rank flagcxMemAlloc is the adapter's deviceMalloc, the memory the
+// copies already live in, so the flagcxMemAlloc variant adds nothing there and
+// is left out; device memory is what the one-host direct path shares in
+// direct mode.  MixedHostAndCuda (MR_DEVICE only): even ranks on the host
+// adapter with host buffers, odd ranks on CUDA with device buffers.  The
+// environment picks the path (B = a build with -Dcuda=enabled):
+//   direct (CUDA IPC):  MR_DEVICE=cuda FLAGCX_DEVICE=cuda FLAGCX_USE_HETERO_COMM=1
+//                       $B/tests/multirank/det_coll_test --gtest_filter='DetCollectives.*'
+//   staged (via host):  the same with FLAGCX_IPC_DISABLE=1 FLAGCX_STAGE_SLICE_SIZE=4096
+//   NCCL communicator:  MR_DEVICE=cuda FLAGCX_DEVICE=cuda (no FLAGCX_USE_HETERO_COMM):
+//                       deterministic calls must leave the pass-through
+// MixedHostAndCuda runs under each of the first two.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "base/params.h"
+#include "tests/common/device_mirror.h"
 #include "tests/common/harness.h"
 #include "tests/exec/det_ref.h"
 
@@ -44,18 +61,24 @@ double storedInput(flagcxDataType_t dt, flagcxRedOp_t red, int k, size_t i) {
   return detref::get(dt, b, 0);
 }
 
+// One call; `dev` (a CUDA rank under MR_DEVICE): on device copies of the
+// buffers, results copied back before the check.
 int oneCall(flagcxComm_t comm, int rank, int n, Coll coll, flagcxDataType_t dt, flagcxRedOp_t red,
-            size_t count, bool inPlace, bool share) {
+            size_t count, bool inPlace, bool share, flagcxDeviceHandle_t dev) {
   const size_t ts = detref::sizeOf(dt);
   const size_t elems = coll == Coll::ReduceScatter ? count * static_cast<size_t>(n) : count;
   const int root = n - 1;
-  Buf in(elems * ts, share), out(count * ts, share);
+  Buf in(elems * ts, share && !dev), out(count * ts, share && !dev);
   for (size_t i = 0; i < elems; i++) detref::put(dt, in.p, i, detref::inputOf(dt, red, rank, i));
   char *recv = inPlace ? in.p + (coll == Coll::ReduceScatter ? static_cast<size_t>(rank) * count * ts : 0)
                        : out.p;
-  flagcxResult_t r = coll == Coll::AllReduce ? flagcxAllReduce(in.p, recv, count, dt, red, comm, nullptr)
-                     : coll == Coll::Reduce  ? flagcxReduce(in.p, recv, count, dt, red, root, comm, nullptr)
-                                             : flagcxReduceScatter(in.p, recv, count, dt, red, comm, nullptr);
+  testdev::DeviceMirror mirror;
+  if (dev) RANK_CHECK(mirror.init(dev, in.heap, out.heap) == 0, "device buffers");
+  char *send = dev ? mirror.map(in.p) : in.p, *dst = dev ? mirror.map(recv) : recv;
+  flagcxResult_t r = coll == Coll::AllReduce ? flagcxAllReduce(send, dst, count, dt, red, comm, nullptr)
+                     : coll == Coll::Reduce  ? flagcxReduce(send, dst, count, dt, red, root, comm, nullptr)
+                                             : flagcxReduceScatter(send, dst, count, dt, red, comm, nullptr);
+  if (dev) RANK_CHECK(mirror.back() == 0, "copying device results back");
   RANK_CHECK(r == flagcxSuccess, "call %d dtype %d op %d count %zu: %s", static_cast<int>(coll),
              static_cast<int>(dt), static_cast<int>(red), count, flagcxGetErrorString(r));
   if (coll == Coll::Reduce && rank != root) return 0;
@@ -67,14 +90,37 @@ int oneCall(flagcxComm_t comm, int rank, int n, Coll coll, flagcxDataType_t dt, 
     RANK_CHECK(std::memcmp(recv + i * ts, want.data(), ts) == 0,
                "call %d dtype %d op %d count %zu%s%s: element %zu is %.9g, the fold gives %.9g",
                static_cast<int>(coll), static_cast<int>(dt), static_cast<int>(red), count,
-               inPlace ? " in place" : "", share ? " (shared buffers)" : "", i,
+               inPlace ? " in place" : "", dev ? " (device buffers)" : share ? " (shared buffers)" : "", i,
                detref::get(dt, recv, i), detref::get(dt, want.data(), 0));
   }
   return 0;
 }
 
-// Every call of the lists; `light`: float32 and bfloat16, Sum and Avg (many ranks).
-int runCalls(int rank, int n, flagcxUniqueId *id, bool light) {
+// This rank's device under MR_DEVICE, else nullptr; `mixed`: even ranks take
+// the host adapter (nullptr), odd ranks CUDA, whatever FLAGCX_DEVICE says.
+int openDevice(int rank, bool mixed, flagcxDeviceHandle_t *dev) {
+  *dev = nullptr;
+  if (!testdev::deviceRun()) return 0;
+  if (mixed) {
+    setenv("FLAGCX_DEVICE", rank % 2 ? "cuda" : "host", 1);
+    flagcx::paramsReload();
+    if (rank % 2 == 0) return 0;
+  }
+  RANK_OK(flagcxDeviceHandleInit(dev));
+  char vendor[128] = {};
+  RANK_OK((*dev)->getVendor(vendor));
+  RANK_CHECK(std::strcmp(vendor, "host") != 0, "MR_DEVICE set but the device adapter is %s", vendor);
+  return 0;
+}
+
+// Every call of the lists; `light`: float32 and bfloat16, Sum and Avg (many
+// ranks); `mixed`: host and CUDA ranks (openDevice).
+int runCalls(int rank, int n, flagcxUniqueId *id, bool light, bool mixed = false) {
+  flagcxDeviceHandle_t dev = nullptr;
+  if (int rc = openDevice(rank, mixed, &dev)) return rc;
+  // Every rank makes the same calls: shared buffers are left out only when
+  // all ranks are CUDA ranks (flagcxMemAlloc is their device memory anyway).
+  const bool allCuda = testdev::deviceRun() && !mixed;
   flagcxComm_t comm;
   RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
   if (!std::getenv("FLAGCX_DETERMINISTIC")) RANK_OK(flagcxCommSetDeterministic(comm, 1));
@@ -84,14 +130,15 @@ int runCalls(int rank, int n, flagcxUniqueId *id, bool light) {
         for (size_t count : {size_t{1}, size_t{257}, size_t{3000}, size_t{70001}})
           for (bool inPlace : {false, true})
             for (bool share : {false, true}) {
-              if (share && count * detref::sizeOf(dt) < 8192) continue;  // only direct needs them
+              if (share && (allCuda || count * detref::sizeOf(dt) < 8192)) continue;  // only direct needs them
               if (light && ((dt != flagcxFloat32 && dt != flagcxBfloat16) || red == flagcxProd))
                 continue;
-              if (int rc = oneCall(comm, rank, n, coll, dt, red, count, inPlace, share)) return rc;
+              if (int rc = oneCall(comm, rank, n, coll, dt, red, count, inPlace, share, dev)) return rc;
             }
   // Fixed once a collective ran.
   RANK_CHECK(flagcxCommSetDeterministic(comm, 0) == flagcxInvalidUsage, "switch after a call");
   RANK_OK(flagcxCommDestroy(comm));
+  if (dev) RANK_OK(flagcxDeviceHandleFree(dev));
   return 0;
 }
 
@@ -118,6 +165,18 @@ TEST(DetCollectives, OverSocketsWithTheEnvironment) {
 TEST(DetCollectives, AlgoRingIsOverridden) {
   auto res = harness::run(3, runRank, {{{"FLAGCX_ALGO", "allreduce:ring,reducescatter:ring,reduce:chain"}}}, 280);
   EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
+// MR_DEVICE only: ranks 0, 2 on the host adapter with host buffers, ranks 1, 3
+// on CUDA with device buffers, in one communicator.
+TEST(DetCollectives, MixedHostAndCuda) {
+  if (!testdev::deviceRun()) GTEST_SKIP() << "MR_DEVICE is not set";
+  for (int n : {3, 4}) {
+    auto res = harness::run(n, [](int rank, int nranks, flagcxUniqueId *id) {
+      return runCalls(rank, nranks, id, false, true);
+    }, {}, 280);
+    EXPECT_TRUE(res.allOk()) << n << " ranks: " << res.failures();
+  }
 }
 
 TEST(DetSwitch, Arguments) {
