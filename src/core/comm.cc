@@ -327,9 +327,11 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
   return res;
 }
 
+// None for a communicator in deterministic mode: the drop-in's shortcut to
+// the vendor library would bypass the routing of commColl.
 const VendorDirect *commVendorDirect(flagcxComm_t comm) {
   static const bool on = paramInt(Param::NCCL_DROPIN_DIRECT) != 0;
-  return on && comm && comm->ccl ? comm->ccl->direct() : nullptr;
+  return on && comm && comm->ccl && !comm->exec->deterministic() ? comm->ccl->direct() : nullptr;
 }
 
 namespace {

@@ -287,6 +287,7 @@ flagcxResult_t Executor::setup(bool canDirect) {
 
 ExecMode Executor::mode() const { return s_->mode; }
 void Executor::setDeterministic(bool on) { s_->deterministic = on; }
+bool Executor::deterministic() const { return s_->deterministic; }
 bool Executor::ordered(const CollArgs &a) const { return s_->deterministic && foldsInOrder(a); }
 
 flagcxResult_t Executor::enqueueP2P(bool isSend, void *buf, size_t bytes, int peer,

@@ -59,6 +59,7 @@ class Executor {
   // give the rank-ordered left fold on every path.  Set before the first
   // collective (the communicator checks that).
   void setDeterministic(bool on);
+  bool deterministic() const;
   // Whether this call folds in rank order here.
   bool ordered(const CollArgs &a) const;
 
