@@ -4,8 +4,10 @@
 -- into scratch and folds the n of them in rank order (its own input chunk at
 -- position r): ((x0 + x1) + x2) + ... bit for bit.  Chunks differ in size by
 -- up to one element, and only scratch chunks k with k mod n == r have chunk
--- r's size, so scratch holds n-1 copies of the data space: the contribution
--- of rank q lands in copy j (j = q, or q-1 above r).  The output is written
+-- r's size, so scratch spans n-1 copies of the data space: the contribution
+-- of rank q lands in copy j (j = q, or q-1 above r).  Each rank names only
+-- chunk r of each copy, and the executor allocates only the chunks a rank
+-- names (packed scratch): (n-1)/n of the message.  The output is written
 -- only by the fold and the gather, so an in-place call needs no copy of its
 -- input.  The gather is direct, not a ring: the same (n-1)/n of the message
 -- per rank, in one step instead of n-1, over the connections the exchange

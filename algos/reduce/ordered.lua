@@ -2,8 +2,9 @@
 -- contributions to it into scratch, folds the n of them in rank order (its
 -- own input chunk at position r): ((x0 + x1) + x2) + ... bit for bit, and
 -- sends the result to the root, which folds its own chunk straight into its
--- output.  As in allreduce/ordered.lua, scratch holds n-1 copies of the data
--- space so that each contribution has a slot of its chunk's size.  Built
+-- output.  As in allreduce/ordered.lua, scratch spans n-1 copies of the data
+-- space so that each contribution has a slot of its chunk's size, and the
+-- executor allocates only the n-1 chunks a rank names.  Built
 -- for root 0 like every rooted script; relabelling to another root keeps the
 -- fold in rank order (a fold_order script's folds of n sources rotate with
 -- the ranks).

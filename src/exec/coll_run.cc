@@ -33,7 +33,7 @@ struct Bound {
   char *base = nullptr;
   size_t total = 0;   // elements
   int nchunks = 1;
-  const size_t *vcounts = nullptr, *vdispls = nullptr;  // alltoallv
+  const size_t *vcounts = nullptr, *vdispls = nullptr;  // alltoallv, packed scratch
   size_t ts = 1;
   void range(int k, char **p, size_t *bytes) const {
     if (vcounts) {
@@ -255,6 +255,28 @@ flagcxResult_t selectSchedule(ExecState *s, CollItem &ci, CollCall *c) {
   return flagcxSuccess;
 }
 
+// A packed scratch (sched's packScratch): chunk p has the size of data-space
+// chunk scratchData[p] of `full` elements in N chunks, laid end to end.
+void packScratchChunks(ExecState *s, const RankSchedule &rs, size_t full, int N, Bound *scr) {
+  const size_t P = rs.scratchData.size();
+  std::vector<size_t> &at = s->sched->scratchDispls;  // P offsets, then P counts
+  at.resize(2 * P + 1);  // never empty: vcounts is set even when P = 0
+  unsigned __int128 t = full;
+  size_t end = 0;
+  for (size_t p = 0; p < P; p++) {
+    unsigned d = static_cast<unsigned>(rs.scratchData[p]);
+    size_t lo = static_cast<size_t>(t * d / static_cast<unsigned>(N));
+    size_t hi = static_cast<size_t>(t * (d + 1) / static_cast<unsigned>(N));
+    at[p] = end;
+    at[P + p] = hi - lo;
+    end += hi - lo;
+  }
+  scr->nchunks = static_cast<int>(P);
+  scr->total = end;
+  scr->vdispls = at.data();
+  scr->vcounts = at.data() + P;
+}
+
 // Bind, part 2: how many chunks each buffer has and how many elements.
 void bindChunks(ExecState *s, const CollItem &ci, CollCall *c) {
   const CollArgs &a = ci.a;
@@ -290,6 +312,7 @@ void bindChunks(ExecState *s, const CollItem &ci, CollCall *c) {
     out.total = maxEnd;
     scr.total = packed[static_cast<size_t>(n - 1)] + sc[n - 1];
   }
+  if (c->rs->scratchPacked) packScratchChunks(s, *c->rs, full, N, &scr);
   in.base = const_cast<char *>(static_cast<const char *>(a.send));
   out.base = static_cast<char *>(a.recv);
 }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/base.h"
+#include "sched/ir_names.h"
 #include "sched/registry.h"
 #include "sched/script.h"
 #include "sched/tuner.h"
@@ -132,6 +133,7 @@ bool AlgoSet::addAlgo(const AlgoInfo &a, ScriptCache &cache, const Topo &t,
   c.op = a.op;
   c.algo = a.name;
   if (!s->compileRank(t, rank_, 0, &c.root0, err)) return false;
+  packScratch(&c.root0);
   if (opIsRooted(a.op)) {
     c.script = cache.take(a);
     c.slots.resize(kRootSlots);
@@ -192,6 +194,7 @@ const Schedule *AlgoSet::atRoot(Compiled &c, int root) const {
     WARN(kColl, "rank %d: %s", rank_, err.c_str());
     return nullptr;
   }
+  packScratch(&slots[pick]);
   TRACE(kTuning, "rank %d: compiled %s/%s for root %d (%zu steps)", rank_, opName(c.op),
         c.algo.c_str(), root, slots[pick].ranks[0].steps.size());
   lastUse[pick] = ++useClock_;

@@ -1,4 +1,6 @@
-// Names of the IR's enums, shared by the compiler, verifier, tuner and tools.
+// Helpers around the IR (ir_names.h): names of its enums, step text, root
+// relabelling and scratch packing, shared by the compiler, verifier, tuner,
+// executor and tools.
 #include "sched/ir.h"
 
 #include <algorithm>
@@ -95,6 +97,34 @@ void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs
     // Position k held rank k's part at root 0, now rank (k + root)'s.
     if (rankOrderedFolds && static_cast<int>(f.size()) == nranks)
       std::rotate(f.begin(), f.end() - root, f.end());
+  }
+}
+
+void packScratch(Schedule *s) {
+  if ((s->scratchCopies <= 1 && !s->foldOrder) || s->chunks < 1) return;
+  for (RankSchedule &rs : s->ranks) {
+    std::vector<int32_t> named;
+    auto each = [&rs](auto &&f) {
+      for (Step &st : rs.steps) {
+        if (stepReadsSrc(st.kind)) f(st.src);
+        if (st.kind != StepKind::Send) f(st.dst);
+      }
+      for (std::vector<ChunkRef> &src : rs.folds)
+        for (ChunkRef &c : src) f(c);
+    };
+    each([&named](ChunkRef &c) {
+      if (c.buf == BufKind::Scratch) named.push_back(c.chunk);
+    });
+    std::sort(named.begin(), named.end());
+    named.erase(std::unique(named.begin(), named.end()), named.end());
+    each([&named](ChunkRef &c) {
+      if (c.buf == BufKind::Scratch)
+        c.chunk = static_cast<int32_t>(std::lower_bound(named.begin(), named.end(), c.chunk) -
+                                       named.begin());
+    });
+    rs.scratchData.resize(named.size());
+    for (size_t p = 0; p < named.size(); p++) rs.scratchData[p] = named[p] % s->chunks;
+    rs.scratchPacked = true;
   }
 }
 

@@ -72,6 +72,11 @@ struct RankSchedule {
   // output; reducescatter and scatter: the output is this rank's block of
   // the input).  False for the other ops.
   bool inPlaceBlockNoCopy = false;
+  // Packed scratch (packScratch, ir_names.h): when set, this rank's scratch
+  // holds only the chunks its steps name, renumbered 0..P-1 in their old
+  // order, and scratchData[p] is the data-space chunk whose size chunk p has.
+  bool scratchPacked = false;
+  std::vector<int32_t> scratchData;
 };
 
 struct Schedule {

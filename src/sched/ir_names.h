@@ -40,6 +40,16 @@ void relabelSteps(OpKind op, int nranks, int nchunks, int root, RankSchedule *rs
                   bool rankOrderedFolds = false);
 // A whole schedule (every rank) built for root 0, moved to `root`.
 void relabelRoot(Schedule *s, int root);
+// A schedule with several copies of the data space in scratch
+// (scratchCopies > 1) names few of their chunks on any one rank: rank r of
+// allreduce/ordered names n-1 of its n(n-1) chunks.  packScratch renumbers
+// each rank's scratch references to the chunks it names (RankSchedule::
+// scratchPacked, scratchData), so that the executor allocates those alone:
+// (n-1)/n of the message instead of n-1 messages.  Runtime schedules only;
+// the verifier reasons about the unpacked S*N chunks.  Applied when S > 1
+// and to every fold_order schedule (the deterministic mode's); other
+// schedules keep the plain layout.
+void packScratch(Schedule *s);
 // "send output[3] -> rank 2"; a fold lists its sources when `rs` (the rank's
 // schedule holding them) is given: "fold input[0], scratch[1] -> output[0]".
 std::string stepText(const Step &s, const RankSchedule *rs = nullptr);

@@ -267,6 +267,54 @@ return { name = "bad", op = "allreduce", chunks = 2, scratch_copies = 0,
   EXPECT_TRUE(has(err, "bad.lua: scratch_copies(1) must be an integer >= 1")) << err;
 }
 
+// packScratch: rank r of the ordered allreduce and reduce names n-1 scratch
+// chunks, all of data-space chunk r's size, so its scratch is (n-1)/n of the
+// message, not n-1 messages; every reference is renumbered into 0..n-2, and
+// the packed schedule names the same chunks (old number mod N) as before.
+TEST(FoldOrder, PackedScratchHoldsOnlyNamedChunks) {
+  for (const char *op : {"allreduce", "reduce"}) {
+    std::unique_ptr<Script> s;
+    std::string err;
+    ASSERT_TRUE(Script::load(kSrc + "/algos/" + op + "/ordered.lua", &s, &err)) << err;
+    for (int n : {2, 3, 8}) {
+      for (int r = 0; r < n; r++) {
+        Schedule one, packed;
+        ASSERT_TRUE(s->compileRank(Topo{n, 1}, r, 0, &one, &err)) << err;
+        packed = one;
+        packScratch(&packed);
+        const RankSchedule &a = one.ranks[0], &b = packed.ranks[0];
+        ASSERT_TRUE(b.scratchPacked);
+        ASSERT_EQ(b.scratchData.size(), static_cast<size_t>(n - 1)) << op << " n=" << n;
+        for (int32_t d : b.scratchData) EXPECT_EQ(d, r) << op << " n=" << n;
+        ASSERT_EQ(a.steps.size(), b.steps.size());
+        auto same = [&](const ChunkRef &x, const ChunkRef &y) {
+          ASSERT_EQ(x.buf, y.buf);
+          if (x.buf != BufKind::Scratch) {
+            EXPECT_EQ(x.chunk, y.chunk);
+          } else {
+            ASSERT_LT(y.chunk, n - 1);
+            EXPECT_EQ(x.chunk % one.chunks, b.scratchData[static_cast<size_t>(y.chunk)]);
+          }
+        };
+        for (size_t i = 0; i < a.steps.size(); i++) {
+          if (stepReadsSrc(a.steps[i].kind)) same(a.steps[i].src, b.steps[i].src);
+          if (a.steps[i].kind != StepKind::Send) same(a.steps[i].dst, b.steps[i].dst);
+        }
+        ASSERT_EQ(a.folds.size(), b.folds.size());
+        for (size_t f = 0; f < a.folds.size(); f++)
+          for (size_t k = 0; k < a.folds[f].size(); k++) same(a.folds[f][k], b.folds[f][k]);
+      }
+    }
+  }
+  Schedule ring;  // one copy of the data space, no fold_order: left as it is
+  std::unique_ptr<Script> s;
+  std::string err;
+  ASSERT_TRUE(Script::load(kSrc + "/algos/allreduce/ring.lua", &s, &err)) << err;
+  ASSERT_TRUE(s->compileRank(Topo{4, 1}, 1, 0, &ring, &err)) << err;
+  packScratch(&ring);
+  EXPECT_FALSE(ring.ranks[0].scratchPacked);
+}
+
 // AlgoSet: the ordered schedules for deterministic calls, whatever the
 // tuner picks; FLAGCX_ALGO's own when it claims fold_order.
 TEST(FoldOrder, AlgoSetSelectsOrdered) {
@@ -293,7 +341,9 @@ TEST(FoldOrder, AlgoSetSelectsOrdered) {
     EXPECT_EQ(set->selectOrdered(OpKind::AllGather, 0), nullptr);
     EXPECT_EQ(set->selectOrdered(OpKind::Broadcast, 0), nullptr);
     // Eager connections follow the tuner's schedules only: ring's neighbours.
-    if (n == 5) EXPECT_EQ(set->peers(OpKind::AllReduce), (std::vector<int>{0, 3}));
+    if (n == 5) {
+      EXPECT_EQ(set->peers(OpKind::AllReduce), (std::vector<int>{0, 3}));
+    }
   }
 }
 
