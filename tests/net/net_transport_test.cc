@@ -404,7 +404,10 @@ void killTest(const Variant &v, bool receiverDies) {
     }
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     RANK_EXPECT(rc == flagcxRemoteError, "survivor got %d, expected flagcxRemoteError", rc);
-    RANK_EXPECT(secs < 7, "detection took %.2f s", secs);
+    // The library's detection (FLAGCX_TIMEOUT=5 s here), not the test's own
+    // 15 s cap per wait: any bound between the two tells them apart, and the
+    // wide margin keeps a loaded machine from failing a correct run.
+    RANK_EXPECT(secs < 12, "detection took %.2f s (FLAGCX_TIMEOUT is 5 s)", secs);
     printf("[%s] %s died: survivor saw error %d after %.3f s\n", v.name,
            receiverDies ? "receiver" : "sender", rc, secs);
     return failures;
@@ -448,7 +451,9 @@ TEST_P(NetTest, PeerStoppedTimesOut) {
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     kill(s.bs->peers()[1].pid, SIGKILL);
     RANK_EXPECT(rc == flagcxRemoteError, "survivor got %d, expected flagcxRemoteError", rc);
-    RANK_EXPECT(secs > 2.5 && secs < 6, "timeout after %.2f s, FLAGCX_TIMEOUT=3", secs);
+    // Not before FLAGCX_TIMEOUT; after it, well before the test's own 15 s
+    // cap (a loaded machine adds seconds to a correct run).
+    RANK_EXPECT(secs > 2.5 && secs < 12, "timeout after %.2f s, FLAGCX_TIMEOUT=3", secs);
     printf("[%s] stopped peer: survivor saw error %d after %.3f s\n", v.name, rc, secs);
     return failures;
   }, envFor(v, "3"), kDeadline);
