@@ -21,7 +21,9 @@ Schedule compileAll(const std::string &script, int nranks, int root) {
   std::string err;
   Schedule all;
   EXPECT_TRUE(Script::load(kSrc + "/algos/" + script, &s, &err)) << err;
-  if (s) EXPECT_TRUE(s->compileAll(Topo{nranks, 1}, root, &all, &err)) << err;
+  if (s) {
+    EXPECT_TRUE(s->compileAll(Topo{nranks, 1}, root, &all, &err)) << err;
+  }
   return all;
 }
 
@@ -108,9 +110,10 @@ TEST(SchedInPlace, ShippedBlockSchedules) {
           bool want = c.inputIsBlock ? inPlaceNeedsNoCopy(s.ranks[r], block, s.chunks, r * block, 0)
                                      : inPlaceNeedsNoCopy(s.ranks[r], s.chunks, block, 0, r * block);
           EXPECT_EQ(s.ranks[r].inPlaceBlockNoCopy, want) << c.algo << ", " << n << " ranks, rank " << r;
-          if (c.allRanks)
+          if (c.allRanks) {
             EXPECT_TRUE(s.ranks[r].inPlaceBlockNoCopy)
                 << c.algo << ", " << n << " ranks, root " << root << ", rank " << r;
+          }
         }
       }
     }

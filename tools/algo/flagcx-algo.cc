@@ -361,7 +361,10 @@ int cmdShow(const Args &a) {
       std::string src = stepReadsSrc(x.kind) ? refText(x.src) : "-";
       if (const std::vector<ChunkRef> *f = foldSources(rs, x)) {
         src.clear();
-        for (const ChunkRef &c : *f) src += (src.empty() ? "" : ",") + refText(c);
+        for (const ChunkRef &c : *f) {
+          if (!src.empty()) src += ',';
+          src += refText(c);
+        }
       }
       bool hasDst = x.kind != StepKind::Send;
       std::printf("  %5d %5zu  %-12s %-12s %-12s %s\n", x.stage, i, stepKindName(x.kind),
