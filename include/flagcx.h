@@ -245,9 +245,10 @@ flagcxResult_t flagcxCommGetDeviceNumber(const flagcxComm_t comm, int *device);
 flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo);
 /* flagcx's own: on = 1 makes this communicator's reductions on floating types
  * (allreduce, reduce, reducescatter with Sum, Prod, Avg) the rank-ordered left
- * fold, bit for bit (docs/DETERMINISM.md); 0 turns that off.  Every rank sets
- * the same, before the communicator's first collective.  The default is
- * FLAGCX_DETERMINISTIC. */
+ * fold, bit for bit (docs/DETERMINISM.md); 0 turns that off.  Collective:
+ * every rank calls it with the same value, before the communicator's first
+ * collective (different values: flagcxInvalidUsage on every rank, the mode
+ * unchanged).  The default is FLAGCX_DETERMINISTIC. */
 flagcxResult_t flagcxCommSetDeterministic(flagcxComm_t comm, int on);
 
 /* Collectives: stream-ordered, they return once enqueued. */

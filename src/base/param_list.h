@@ -72,7 +72,7 @@ X(STAGE_SLICE_SIZE, Int, "1048576", "host staging of device buffers: bytes copie
 XCHECK(STAGE_SLICE_SIZE, "4096..1073741824")
 X(NCHANNELS, Int, "1", "parallel channels a collective is split across")
 XCHECK(NCHANNELS, "1..16")
-X(DETERMINISTIC, Int, "0", "1: every communicator's allreduce, reduce and reducescatter with Sum, Prod or Avg on a floating type give the rank-ordered left fold, bit for bit, on every path (docs/DETERMINISM.md); flagcxCommSetDeterministic sets it per communicator")
+X(DETERMINISTIC, Int, "0", "1: every communicator's allreduce, reduce and reducescatter with Sum, Prod or Avg on a floating type give the rank-ordered left fold, bit for bit, on every path (docs/DETERMINISM.md); the same on every rank (init checks); flagcxCommSetDeterministic sets it per communicator")
 XCHECK(DETERMINISTIC, "0..1")
 X(NET, Str, "", "transport for network peers (other hosts; same host too with FLAGCX_SHM_DISABLE=1): IB (verbs; fail without an active RDMA port) or Socket; empty: verbs when every end has an active port, else sockets")
 X(IB_HCA, Str, "", "RDMA devices and ports the verbs transport may use: name[:port],...; prefix match, = for exact names, ^ to exclude")

@@ -16,6 +16,19 @@
 namespace flagcx {
 
 namespace {
+
+// Deterministic mode is one value on every rank of a communicator (its
+// calls take other paths than default mode's); `modeOf(r)` is rank r's.
+template <class ModeOf>
+flagcxResult_t sameModeEverywhere(const flagcxComm *comm, const char *what, ModeOf modeOf) {
+  for (int r = 0; r < comm->nranks; r++)
+    if (modeOf(r) != modeOf(0))
+      return argError(flagcxInvalidUsage, kInit, "%s: rank %d: deterministic mode is %s on rank 0 "
+                      "but %s on rank %d; every rank must ask for the same", what, comm->rank,
+                      modeOf(0) ? "on" : "off", modeOf(r) ? "on" : "off", r);
+  return flagcxSuccess;
+}
+
 std::mutex g_liveMu;
 std::set<const flagcxComm *> g_live;
 
@@ -206,6 +219,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   self.pid = getpid();
   self.pidNs = pidNamespaceId();
   self.deviceKind = static_cast<int32_t>(dev->kind());
+  self.deterministic = paramInt(Param::DETERMINISTIC) != 0;
   snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
   FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
   const auto &peers = comm->bs->peers();
@@ -225,6 +239,8 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
     if (!seen) hosts.push_back(p.hostHash);
     if (p.deviceKind != self.deviceKind) comm->homogeneous = false;
   }
+  FLAGCX_CHECK(sameModeEverywhere(comm.get(), "FLAGCX_DETERMINISTIC",
+                                  [&peers](int r) { return peers[static_cast<size_t>(r)].deterministic != 0; }));
   comm->nNodes = static_cast<int>(hosts.size());
   FLAGCX_CHECK(assignClusters(comm.get()));
 
@@ -340,7 +356,7 @@ namespace {
 // accumulates those in half precision; we promise float32).
 bool engineOnly(const flagcxComm *comm, const CollArgs &a) {
   return comm->exec->ordered(a) ||
-         (opReduces(a.op) && (a.dtype == flagcxFloat8e4m3 || a.dtype == flagcxFloat8e5m2));
+         (opReduces(a.op) && dtypeIsFloat8(a.dtype));
 }
 }  // namespace
 
@@ -358,6 +374,13 @@ flagcxResult_t commSetDeterministic(flagcxComm *comm, bool on) {
     return argError(flagcxInvalidUsage, kInit, "flagcxCommSetDeterministic: rank %d: the "
                     "communicator has already issued a collective; set it before the first one "
                     "(on every rank)", comm->rank);
+  // Collective: a vendor communicator would otherwise send one rank's call
+  // to the vendor library and another's to the executor, and both wait.
+  std::vector<uint8_t> all(static_cast<size_t>(comm->nranks));
+  all[static_cast<size_t>(comm->rank)] = on;
+  FLAGCX_CHECK(comm->bs->allgather(all.data(), 1));
+  FLAGCX_CHECK(sameModeEverywhere(comm, "flagcxCommSetDeterministic",
+                                  [&all](int r) { return all[static_cast<size_t>(r)] != 0; }));
   comm->exec->setDeterministic(on);
   INFO(kInit, "rank %d: deterministic reductions %s on this communicator", comm->rank,
        on ? "on" : "off");

@@ -342,7 +342,7 @@ struct ExecState {
   std::vector<Job *> freeJobs;             // the idle ones
   uint64_t collSeq = 0;  // collectives issued (the same sequence on every rank)
   uint64_t curTag = 0;   // tag of the operation running (for error frames)
-  bool deterministic = false;  // reductions on floating types fold in rank order
+  std::atomic<bool> deterministic{false};  // reductions on floating types fold in rank order
 
   // The paths.  A call is offered to the one-host paths that may take
   // calls on this communicator (set at setup: the block in host mode,

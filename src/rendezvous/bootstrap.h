@@ -23,6 +23,7 @@ struct PeerInfo {
   int32_t pid = 0;
   int32_t deviceKind = 0;  // 0 host, 1 cuda
   int32_t deviceIndex = 0;
+  int32_t deterministic = 0;  // this process's FLAGCX_DETERMINISTIC (core: one value per job)
   uint32_t pidNs = 0;      // pidNamespaceId(): where `pid` means something
   SockAddr bootAddr;       // where this rank's bootstrap listens
   char host[64] = {};      // host name, for messages

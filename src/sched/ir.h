@@ -21,7 +21,8 @@
 // (S = Schedule::scratchCopies, 1 unless the script asks for more), S*N
 // chunks: scratch chunk k has the size of data-space chunk k mod N (floor
 // splitting S*T elements into S*N chunks gives exactly that).  Floor
-// splitting keeps a block chunk and its data-space chunk the same size.  For alltoall, output block j of rank r = input block r of rank j.
+// splitting keeps a block chunk and its data-space chunk the same size.
+// For alltoall, output block j of rank r = input block r of rank j.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -4,7 +4,7 @@
 // schedules) and flagcxMemAlloc buffers (one-host direct), over shm and over
 // sockets, FLAGCX_ALGO forcing the rings; every output compared bit for bit
 // with the rank-ordered left fold the test computes (tests/exec/det_ref.h).
-// Also the switch's rules, and a rank in the mode beside one that is not.
+// Also the switch's rules: one value on every rank, refused otherwise.
 //
 // MR_DEVICE=cuda: every call runs on device copies of its buffers (in place
 // stays in place), the results are copied back and compared as above.  On a
@@ -194,23 +194,41 @@ TEST(DetSwitch, Arguments) {
   EXPECT_TRUE(res.allOk()) << res.failures();
 }
 
-// Rank 0 in the mode, rank 1 not: both fail the call (a mismatch), none hangs.
-TEST(DetSwitch, MixedRanksFailAsMismatch) {
-  for (size_t count : {size_t{16}, size_t{100000}})
-    for (const char *shmOff : {"0", "1"}) {
-      auto res = harness::run(2, [count](int rank, int n, flagcxUniqueId *id) {
-        flagcxComm_t comm;
-        RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
-        RANK_OK(flagcxCommSetDeterministic(comm, rank == 0));
-        std::vector<float> in(count, 1.f), out(count);
-        flagcxResult_t r = flagcxAllReduce(in.data(), out.data(), count, flagcxFloat32, flagcxSum,
-                                           comm, nullptr);
-        RANK_CHECK(r != flagcxSuccess, "count %zu: the mixed call succeeded", count);
-        flagcxCommAbort(comm);
-        return 0;
-      }, {{{"FLAGCX_SHM_DISABLE", shmOff}}}, 120);
-      EXPECT_TRUE(res.allOk()) << "count " << count << " shm off " << shmOff << ": " << res.failures();
+// Rank 0 asks for the mode, rank 1 does not: flagcxCommSetDeterministic is
+// collective and fails on both (flagcxInvalidUsage), the mode stays off and
+// the allreduce then succeeds; over shm and over sockets.  (A mismatch
+// that reaches a call anyway fails as mismatched calls: the executor's
+// DeterministicMismatch test.)
+TEST(DetSwitch, MixedRanksAreRefused) {
+  for (const char *shmOff : {"0", "1"}) {
+    auto res = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
+      flagcxComm_t comm;
+      RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+      RANK_CHECK(flagcxCommSetDeterministic(comm, rank == 0) == flagcxInvalidUsage,
+                 "a mixed flagcxCommSetDeterministic was not refused");
+      std::vector<float> in(1000, 1.f), out(1000);
+      RANK_OK(flagcxAllReduce(in.data(), out.data(), in.size(), flagcxFloat32, flagcxSum, comm, nullptr));
+      RANK_CHECK(out[999] == 2.f, "the allreduce after the refusal gave %g", out[999]);
+      RANK_OK(flagcxCommDestroy(comm));
+      return 0;
+    }, {{{"FLAGCX_SHM_DISABLE", shmOff}}}, 120);
+    EXPECT_TRUE(res.allOk()) << "shm off " << shmOff << ": " << res.failures();
+  }
+}
+
+// FLAGCX_DETERMINISTIC on rank 1 only: init fails on every rank, naming it.
+TEST(DetSwitch, MixedEnvironmentFailsInit) {
+  auto res = harness::run(2, [](int rank, int n, flagcxUniqueId *id) {
+    if (rank == 1) {
+      setenv("FLAGCX_DETERMINISTIC", "1", 1);
+      flagcx::paramsReload();
     }
+    flagcxComm_t comm = nullptr;
+    flagcxResult_t r = flagcxCommInitRank(&comm, n, id, rank);
+    RANK_CHECK(r == flagcxInvalidUsage, "init gave %d", static_cast<int>(r));
+    return 0;
+  }, {}, 120);
+  EXPECT_TRUE(res.allOk()) << res.failures();
 }
 
 }  // namespace

@@ -212,7 +212,7 @@ class NcclCcl final : public CclAdapter {
     ncclDataType_t dt;
     if (!mapType(a.dtype, &dt))
       return argError(flagcxInvalidArgument, kColl, "nccl: invalid datatype %d", static_cast<int>(a.dtype));
-    if (opReduces(a.op) && (a.dtype == flagcxFloat8e4m3 || a.dtype == flagcxFloat8e5m2))
+    if (opReduces(a.op) && dtypeIsFloat8(a.dtype))
       return argError(flagcxNotSupported, kColl,
                       "nccl: float8 reductions are not offered over the NCCL pass-through "
                       "(NCCL accumulates them in half precision, flagcx in float32)");
