@@ -277,8 +277,11 @@ void foldSame(void *dv, const void *const *sv, int n, size_t count) {
   for (size_t base = 0; base < count; base += kBlock) {
     size_t m = count - base < kBlock ? count - base : kBlock;
     const T *s0 = static_cast<const T *>(sv[0]) + base;
-    for (size_t i = 0; i < m; i++) acc[i] = s0[i];
-    for (int k = 1; k < n; k++) loopDstA<Op>(acc, static_cast<const T *>(sv[k]) + base, m);
+    if (n == 1)
+      for (size_t i = 0; i < m; i++) acc[i] = s0[i];
+    else
+      loop3<Op>(acc, s0, static_cast<const T *>(sv[1]) + base, m);
+    for (int k = 2; k < n; k++) loopDstA<Op>(acc, static_cast<const T *>(sv[k]) + base, m);
     for (size_t i = 0; i < m; i++) d[base + i] = acc[i];
   }
 }
@@ -373,6 +376,10 @@ void divide(void *dv, const void *sv, size_t n, flagcxDataType_t dtype, uint64_t
 
 void fold(void *d, const void *const *s, int n, size_t count, flagcxDataType_t dtype,
           flagcxRedOp_t op) {
+  // Two sources without Avg: the fold is Op(s0, s1) element by element,
+  // rounded once, which is reduce's arithmetic with the same functors, bit
+  // for bit; reduce needs no accumulator pass (the 2-rank case, the common one).
+  if (n == 2 && op != flagcxAvg) return reduce(d, s[0], s[1], count, dtype, op);
 #define FLAGCX_INT(T) foldOp<IntSum, IntProd, IntMax, IntMin, T>(d, s, n, count, op)
 #define FLAGCX_FLT(T) foldOp<FltSum, FltProd, FltMax, FltMin, T>(d, s, n, count, op)
   switch (dtype) {
