@@ -199,8 +199,13 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
     if (!hOut) return flagcxSystemError;
     h.a.recv = hOut;
   }
-  bool sendInsideRecv = send && recv && send >= recv && send + inB <= recv + outB;
-  bool recvInsideSend = send && recv && !sendInsideRecv && recv >= send && recv + outB <= send + inB;
+  // Staged, an in-place input still gets a host copy of its own, sliced
+  // behind the gate: every copy back to the output is issued after every
+  // input slice's copy on the same stream, so none overwrites bytes not yet
+  // read.  (Alltoallv's output may have gaps its copy back must keep.)
+  bool apart = !direct && ci.a.op != OpKind::AlltoAllv;
+  bool sendInsideRecv = !apart && send && recv && send >= recv && send + inB <= recv + outB;
+  bool recvInsideSend = !apart && send && recv && !sendInsideRecv && recv >= send && recv + outB <= send + inB;
   if (sendInsideRecv) {
     FLAGCX_CHECK(dev->copy(hOut, recv, outB, nullptr));
     h.a.send = hOut + (send - recv);

@@ -2,8 +2,8 @@
 // (FLAGCX_HOST_COPY_ENGINE_NS: their buffers go through host staging, their
 // copies made late and in order by the host adapter's emulated copy engine),
 // the even ranks as host ranks -- the shape of a host + CUDA communicator.
-// Every op (allreduce in and out of place, allgather, reducescatter,
-// broadcast, reduce, gather, scatter, alltoall, send/recv), real processes,
+// Every op (out of place; allreduce, allgather, reducescatter and broadcast
+// also in place; reduce, gather, scatter, alltoall, send/recv), real processes,
 // 2-4 ranks, over shm and over sockets, fixed and automatic slices; each
 // call twice with different inputs through the same staging buffers; the
 // values are small integers, so every result is checked bit for bit.
@@ -39,6 +39,33 @@ int same(const std::vector<float> &got, const std::vector<float> &want, const ch
     if (int rc_ = (x)) return rc_;   \
   } while (0)
 
+// Allgather, reducescatter and broadcast in place (the input inside the
+// output, the output inside the input, the same buffer).
+int inPlaceOps(flagcxComm_t comm, int rank, int n, size_t count, int call) {
+  const size_t all = count * static_cast<size_t>(n);
+  std::vector<float> buf(all, -1.f), want(all);
+  for (size_t i = 0; i < count; i++) buf[rank * count + i] = val(call, rank, i);
+  RANK_OK(flagcxAllGather(buf.data() + rank * count, buf.data(), count, flagcxFloat32, comm, nullptr));
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < count; i++) want[q * count + i] = val(call, q, i);
+  HS_CHECK(same(buf, want, "allgather in place", count, call));
+  for (size_t i = 0; i < all; i++) buf[i] = val(call, rank, i);
+  RANK_OK(flagcxReduceScatter(buf.data(), buf.data() + rank * count, count, flagcxFloat32, flagcxSum,
+                              comm, nullptr));
+  std::vector<float> mine(buf.begin() + rank * count, buf.begin() + (rank + 1) * count);
+  for (size_t i = 0; i < count; i++) {
+    want[i] = 0;
+    for (int q = 0; q < n; q++) want[i] += val(call, q, rank * count + i);
+  }
+  HS_CHECK(same(mine, {want.begin(), want.begin() + count}, "reducescatter in place", count, call));
+  for (size_t i = 0; i < count; i++) buf[i] = val(call + 1, rank, i);
+  RANK_OK(flagcxBroadcast(buf.data(), buf.data(), count, flagcxFloat32, 0, comm, nullptr));
+  for (size_t i = 0; i < count; i++) want[i] = val(call + 1, 0, i);
+  HS_CHECK(same({buf.begin(), buf.begin() + count}, {want.begin(), want.begin() + count},
+                "broadcast in place", count, call));
+  return 0;
+}
+
 // One size, one call number: every op, checked.
 int everyOp(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   const size_t all = count * static_cast<size_t>(n);
@@ -60,6 +87,7 @@ int everyOp(flagcxComm_t comm, int rank, int n, size_t count, int call) {
     for (int q = 0; q < n; q++) want[i] = std::max(want[i], val(call, q, i));
   }
   HS_CHECK(same(inPlace, {want.begin(), want.begin() + count}, "allreduce in place max", count, call));
+  HS_CHECK(inPlaceOps(comm, rank, n, count, call));
   reset();
   RANK_OK(flagcxAllGather(in.data(), out.data(), count, flagcxFloat32, comm, nullptr));
   for (int q = 0; q < n; q++)
