@@ -23,11 +23,13 @@
 #   HETERO_EMULATE=1    no GPU: "CUDA" ranks are host ranks staged behind the
 #                       host adapter's emulated copy engine
 #                       (FLAGCX_HOST_COPY_ENGINE_NS=HETERO_EMULATE_NS, default
-#                       50); the tables go to stdout only, GPU.md untouched
+#                       50); GPU.md untouched
 #   OPS="allreduce ..."  SIZES="-b 4M -e 256M -f 4"  FLAGS="-w 1 -W 0 -n 4 -T 0"
-#   HETERO_LIMIT_S=420 (seconds of runs after the build; later points are skipped)  WORK=dir (logs and JSON lines; default a temporary folder)
+#   HETERO_LIMIT_S=420  seconds of runs after the build; later points are skipped
+#   WORK=dir            logs and JSON lines (default a temporary folder)
 #   DOC=docs/GPU.md
-# Exit status: 0 every run gave results with no wrong element, 1 otherwise.
+# The tables go to stdout too.  Exit status: 0 when every run gave results
+# with no wrong element, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build-hetero}
@@ -125,7 +127,7 @@ transport_env() { [ "$1" = socket ] && echo FLAGCX_SHM_DISABLE=1 || echo FLAGCX_
 # staged pair share the GPU; host ranks never touch it ----
 mps=0
 if [ "$EMULATE" != 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
-  export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps-pipe CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/flagcx-hetero-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/flagcx-hetero-mps/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     mps=1
@@ -180,9 +182,8 @@ done
 
 echo "skipped=${skipped# }" >>"$WORK/machine.txt"
 say "done; logs and JSON in $WORK${skipped:+; skipped (time):$skipped}"
-if [ "$EMULATE" = 1 ]; then
-  python3 tools/perf/hetero.py "$WORK" -
-else
+python3 tools/perf/hetero.py "$WORK" -
+if [ "$EMULATE" != 1 ]; then
   python3 tools/perf/hetero.py "$WORK" "$DOC" && echo "tables written into $DOC"
 fi
 exit $failed
