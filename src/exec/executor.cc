@@ -267,7 +267,9 @@ Executor::Executor(const ExecEnv &env) : s_(std::make_unique<ExecState>(env)) {}
 Executor::~Executor() = default;
 
 flagcxResult_t Executor::setup(bool canDirect) {
-  s_->mode = s_->dev->kind() == DeviceKind::Host ? ExecMode::Host : ExecMode::Staged;
+  // A host rank runs as a staged one under the emulated copy engine (tests).
+  bool host = s_->dev->kind() == DeviceKind::Host && paramInt(Param::HOST_COPY_ENGINE_NS) == 0;
+  s_->mode = host ? ExecMode::Host : ExecMode::Staged;
   // Which ranks of this host are which process, on the kernel's word: what
   // a peer says about its host and pid only chooses whom to ask.
   const auto &peers = s_->env.bs->peers();
@@ -282,6 +284,7 @@ flagcxResult_t Executor::setup(bool canDirect) {
   for (size_t i = 0; i < local.size(); i++) s_->provenPid[static_cast<size_t>(local[i])] = pids[i];
   // Every rank votes, even one that cannot: the vote is collective.
   FLAGCX_CHECK(setupDirect(s_.get(), canDirect));
+  if (s_->mode == ExecMode::Staged && paramInt(Param::STAGE_SLICE_SIZE) <= 0) probeStaging(s_.get());
   return setupSmall(s_.get(), s_->env.sameHostShm);
 }
 

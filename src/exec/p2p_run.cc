@@ -48,8 +48,10 @@ flagcxResult_t runP2P(ExecState *s, std::vector<P2PItem> &items) {
     if (!selfSends[i]->bytes || selfSends[i]->buf == selfRecvs[i]->buf) continue;
     if (s->direct())
       FLAGCX_CHECK(s->dev->copyAsync(selfRecvs[i]->buf, selfSends[i]->buf, selfSends[i]->bytes));
-    else
+    else if (gateWait(s, static_cast<const char *>(selfSends[i]->buf), selfSends[i]->bytes) == flagcxSuccess)
       memmove(selfRecvs[i]->buf, selfSends[i]->buf, selfSends[i]->bytes);
+    else
+      return flagcxSystemError;
   }
   if (s->direct()) {
     FLAGCX_CHECK(s->dev->flush());

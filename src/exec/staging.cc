@@ -1,11 +1,14 @@
 // Device buffers without a device-to-device path: host copies around the
-// host engine (staged mode), pipelined — the input comes over in slices of
-// FLAGCX_STAGE_SLICE_SIZE and a send leaves as soon as its slices are on the
+// host engine (staged mode), pipelined — the input comes over in slices
+// (FLAGCX_STAGE_SLICE_SIZE, or sized from the copy rate and per-slice cost
+// measured at setup) and a send leaves as soon as its slices are on the
 // host (the gate); output chunks go back as soon as the stage that writes
 // them last is done (the sink, in coll_run.cc).  In direct mode, user
 // buffers that are not device memory (pageable or pinned host, managed)
 // are copied into device working buffers whole.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "adapters/adapters.h"
@@ -41,6 +44,80 @@ flagcxResult_t gateWait(ExecState *s, const char *p, size_t len) {
     }
     wait.idle();
   }
+}
+
+// The pipeline's time for N bytes in slices of s, each slice costing o
+// seconds beyond its bytes at copy rate r: about N/r_slowest (the stage
+// that bounds it) + 2s/r (the first slice down and the last chunk up are
+// not overlapped) + (N/s)o.  Its minimum is at s = sqrt(N o r / 2); the
+// slowest stage's rate (the link's, or the copy's) does not move it.
+size_t chooseStageSlice(size_t bytes, double stepCostS, double bytesPerS) {
+  constexpr size_t kMin = 64 << 10, kMax = 64 << 20, kUnmeasured = 1 << 20;
+  if (!(stepCostS > 0) || !(bytesPerS > 0)) return kUnmeasured;
+  double best = std::sqrt(static_cast<double>(bytes) * stepCostS * bytesPerS / 2);
+  size_t sl = best >= kMax ? kMax : std::max(kMin, static_cast<size_t>(best));
+  return (sl + 4095) / 4096 * 4096;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One copy of `bytes` through the private stream and a mark, polled until
+// reached: its seconds (negative on failure or past 5 s).
+double timedCopy(DeviceAdapter *dev, char *dst, const char *src, size_t bytes) {
+  auto t0 = Clock::now();
+  uint64_t m = 0;
+  bool done = false;
+  if (dev->copyAsync(dst, src, bytes) != flagcxSuccess || dev->mark(&m) != flagcxSuccess) return -1;
+  while (!done) {
+    if (dev->reached(m, &done) != flagcxSuccess || Clock::now() - t0 > std::chrono::seconds(5))
+      return -1;
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+// Staged mode with automatic slices: one small copy (the per-slice cost:
+// issuing, marking, seeing the mark reached), best of several, and one of
+// 4 MiB (the rate), from device memory where the adapter has it, into
+// page-locked memory.  A few milliseconds, once per communicator.
+void probeStaging(ExecState *s) {
+  constexpr size_t kBig = 4 << 20, kSmall = 4096;
+  DeviceAdapter *dev = s->dev;
+  StagedBuffers &sb = s->sched->staged;
+  void *src = nullptr, *dst = nullptr;
+  bool devSrc = dev->allocDevice(&src, kBig) == flagcxSuccess && src;
+  if (!devSrc && dev->allocPinned(&src, kBig) != flagcxSuccess) src = nullptr;
+  if (src && dev->allocPinned(&dst, kBig) == flagcxSuccess && dst) {
+    char *d = static_cast<char *>(dst);
+    const char *sp = static_cast<const char *>(src);
+    double o = 1e9, big = 1e9;
+    for (int i = 0; i < 8; i++) {
+      double t = timedCopy(dev, d, sp, kSmall);
+      if (t >= 0) o = std::min(o, t);
+    }
+    for (int i = 0; i < 2; i++) {
+      double t = timedCopy(dev, d, sp, kBig);
+      if (t >= 0) big = std::min(big, t);
+    }
+    if (o < 1e9 && big < 1e9) {
+      sb.stepCostS = o;
+      sb.copyBytesPerS = kBig / std::max(big - o, 1e-7);
+    }
+    dev->freePinned(dst);
+  }
+  if (src) devSrc ? dev->freeDevice(src) : dev->freePinned(src);
+  INFO(kInit, "rank %d: host staging measured %.1f us per slice, %.2f GB/s copies: slices of %zu KiB "
+       "at 4 MiB, %zu KiB at 256 MiB", s->rank, sb.stepCostS * 1e6, sb.copyBytesPerS / 1e9,
+       stageSlice(s, 4 << 20) >> 10, stageSlice(s, 256 << 20) >> 10);
+}
+
+size_t stageSlice(const ExecState *s, size_t bytes) {
+  int64_t fixed = paramInt(Param::STAGE_SLICE_SIZE);
+  if (fixed > 0) return static_cast<size_t>(std::max<int64_t>(fixed, 4096));
+  return chooseStageSlice(bytes, s->sched->staged.stepCostS, s->sched->staged.copyBytesPerS);
 }
 
 // Bytes of a collective's input and output buffers, in elements.
@@ -122,8 +199,13 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
     if (!hOut) return flagcxSystemError;
     h.a.recv = hOut;
   }
-  bool sendInsideRecv = send && recv && send >= recv && send + inB <= recv + outB;
-  bool recvInsideSend = send && recv && !sendInsideRecv && recv >= send && recv + outB <= send + inB;
+  // Staged, an in-place input still gets a host copy of its own, sliced
+  // behind the gate: every copy back to the output is issued after every
+  // input slice's copy on the same stream, so none overwrites bytes not yet
+  // read.  (Alltoallv's output may have gaps its copy back must keep.)
+  bool apart = !direct && ci.a.op != OpKind::AlltoAllv;
+  bool sendInsideRecv = !apart && send && recv && send >= recv && send + inB <= recv + outB;
+  bool recvInsideSend = !apart && send && recv && !sendInsideRecv && recv >= send && recv + outB <= send + inB;
   if (sendInsideRecv) {
     FLAGCX_CHECK(dev->copy(hOut, recv, outB, nullptr));
     h.a.send = hOut + (send - recv);
@@ -136,7 +218,7 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
       FLAGCX_CHECK(dev->copy(hIn, send, inB, nullptr));
     } else {
       StageGate &g = s->sched->staged.gate;
-      g.slice = static_cast<size_t>(std::max<int64_t>(paramInt(Param::STAGE_SLICE_SIZE), 4096));
+      g.slice = stageSlice(s, inB);
       g.marks.clear();
       g.ready = 0;
       flagcxResult_t r = flagcxSuccess;
@@ -170,26 +252,58 @@ flagcxResult_t runCollStaged(ExecState *s, CollItem &ci) {
   return flagcxSuccess;
 }
 
+// Sends go device-to-host into the front of the staging buffer, in slices
+// behind the gate like a collective's input, so the first leaves while the
+// rest are still copied; receives land behind them and go back through the
+// private stream, waited for once at the end.
 flagcxResult_t runP2PStaged(ExecState *s, std::vector<P2PItem> &items) {
-  size_t total = 0;
-  for (auto &it : items) total += it.bytes;
+  size_t total = 0, sendBytes = 0;
+  for (auto &it : items) {
+    total += it.bytes;
+    if (it.isSend) sendBytes += it.bytes;
+  }
   char *stage = s->sched->staged.pinnedIn.ifFits(total);
   if (!stage) stage = growHeap(s->sched->staged.heapIn, total);
+  if (total && !stage) return flagcxSystemError;
   std::vector<P2PItem> h = items;
-  size_t off = 0;
+  StageGate &g = s->sched->staged.gate;
+  g.slice = stageSlice(s, sendBytes);
+  g.marks.clear();
+  g.ready = 0;
+  size_t sendOff = 0, recvOff = sendBytes;
+  flagcxResult_t r = flagcxSuccess;
   for (auto &it : h) {
-    if (it.isSend && it.bytes) FLAGCX_CHECK(s->dev->copy(stage + off, it.buf, it.bytes, nullptr));
-    it.buf = stage + off;
-    off += it.bytes;
+    if (!it.isSend) {
+      it.buf = stage + recvOff;
+      recvOff += it.bytes;
+      continue;
+    }
+    const char *src = static_cast<const char *>(it.buf);
+    it.buf = stage + sendOff;
+    // Pieces that end at slice boundaries, a mark after each slice's last.
+    for (size_t done = 0; done < it.bytes && r == flagcxSuccess;) {
+      size_t len = std::min(it.bytes - done, g.slice - sendOff % g.slice);
+      r = s->dev->copyAsync(stage + sendOff, src + done, len);
+      done += len;
+      sendOff += len;
+      uint64_t m = 0;
+      if (r == flagcxSuccess && (sendOff % g.slice == 0 || sendOff == sendBytes)) {
+        r = s->dev->mark(&m);
+        g.marks.push_back(m);
+      }
+    }
   }
-  FLAGCX_CHECK(runP2P(s, h));
-  off = 0;
-  for (size_t i = 0; i < items.size(); i++) {
-    if (!items[i].isSend && items[i].bytes)
-      FLAGCX_CHECK(s->dev->copy(items[i].buf, stage + off, items[i].bytes, nullptr));
-    off += items[i].bytes;
+  if (r == flagcxSuccess && sendBytes) {
+    g.base = stage;
+    g.bytes = sendBytes;
   }
-  return flagcxSuccess;
+  if (r == flagcxSuccess) r = runP2P(s, h);
+  s->sched->staged.gate = StageGate{};
+  for (size_t i = 0; i < items.size() && r == flagcxSuccess; i++)
+    if (!items[i].isSend && items[i].bytes) r = s->dev->copyAsync(items[i].buf, h[i].buf, items[i].bytes);
+  flagcxResult_t f = s->dev->flush();  // the copies read and write the staging buffer
+  FLAGCX_CHECK(r);
+  return f;
 }
 
 }  // namespace flagcx

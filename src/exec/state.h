@@ -206,6 +206,8 @@ struct StagedBuffers {
   GrowBuf pinnedIn, pinnedOut;
   StageGate gate;
   StageSink sink;
+  // Measured at setup (probeStaging) for automatic slices; 0: not measured.
+  double stepCostS = 0, copyBytesPerS = 0;
 };
 
 // Direct: working buffers in device memory, and the peers' device memory
@@ -388,6 +390,11 @@ flagcxResult_t runP2PStaged(ExecState *s, std::vector<P2PItem> &items);
 void reserveStaged(Job *j);
 flagcxResult_t gateReady(ExecState *s, const char *p, size_t len, bool *ok);
 flagcxResult_t gateWait(ExecState *s, const char *p, size_t len);
+// The slice of a staged input of `bytes`: FLAGCX_STAGE_SLICE_SIZE, or the
+// pipeline's best for the rates probeStaging measured (chooseStageSlice).
+size_t chooseStageSlice(size_t bytes, double stepCostS, double bytesPerS);
+size_t stageSlice(const ExecState *s, size_t bytes);
+void probeStaging(ExecState *s);
 // small.cc: collective at init; makes s->block (and s->shmDirect) where
 // the ranks use the block.
 flagcxResult_t setupSmall(ExecState *s, bool sameHostShm);

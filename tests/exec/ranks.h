@@ -27,6 +27,9 @@ struct Options {
   // takes the schedules over the loopback Conns.
   bool sameHost = false;
   int nchannels = 1;
+  // The mode every rank's executor must choose (staged: the host adapter's
+  // emulated copy engine, FLAGCX_HOST_COPY_ENGINE_NS).
+  flagcx::ExecMode mode = flagcx::ExecMode::Host;
 };
 
 using Body = std::function<void(int rank, flagcx::Executor &ex)>;
@@ -55,7 +58,7 @@ inline void runRanks(int nranks, const Options &o, const Body &body) {
       {
         flagcx::Executor ex(env);
         ASSERT_EQ(ex.setup(false), flagcxSuccess);
-        EXPECT_EQ(ex.mode(), flagcx::ExecMode::Host);
+        EXPECT_EQ(ex.mode(), o.mode);
         body(r, ex);
         EXPECT_TRUE(ex.drain());
         // No rank lets go of its Conns while a peer may still use them.

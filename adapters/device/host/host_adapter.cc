@@ -22,6 +22,7 @@
 #include "adapters/device/adapter.h"
 #include "adapters/device/handle_checks.h"
 #include "base/base.h"
+#include "host_copy_engine.h"
 #include "host_stream.h"
 
 namespace flagcx {
@@ -306,6 +307,40 @@ class HostAdapter final : public DeviceAdapter {
     if (task.quick && t_batchDepth == 0 && stream && host::streamValid(stream))
       return host::streamEnqueueOrRun(stream, e);
     return submit("enqueue", stream, e);
+  }
+  // The private stream: synchronous, unless FLAGCX_HOST_COPY_ENGINE_NS
+  // (tests) puts copies on the emulated copy engine; work issued after them
+  // waits for them, as on a device's stream.
+  flagcxResult_t copyAsync(void *dst, const void *src, size_t bytes) override {
+    host::CopyEngine *ce = host::emulatedCopyEngine();
+    if (!bytes || dst == src) return flagcxSuccess;
+    if (!ce) return copy(dst, src, bytes, nullptr);
+    ce->copyAsync(dst, src, bytes);
+    return flagcxSuccess;
+  }
+  flagcxResult_t reduceAsync(void *dst, const void *a, const void *b, size_t count,
+                             flagcxDataType_t dtype, flagcxRedOp_t op) override {
+    FLAGCX_CHECK(flush());
+    return hostReduce(dst, a, b, count, dtype, op);
+  }
+  flagcxResult_t foldAsync(void *dst, const void *const *srcs, int n, size_t count,
+                           flagcxDataType_t dtype, flagcxRedOp_t op) override {
+    FLAGCX_CHECK(flush());
+    return hostFold(dst, srcs, n, count, dtype, op);
+  }
+  flagcxResult_t flush() override {
+    if (host::CopyEngine *ce = host::emulatedCopyEngine()) ce->flush();
+    return flagcxSuccess;
+  }
+  flagcxResult_t mark(uint64_t *m) override {
+    host::CopyEngine *ce = host::emulatedCopyEngine();
+    *m = ce ? ce->mark() : 0;
+    return flagcxSuccess;
+  }
+  flagcxResult_t reached(uint64_t m, bool *done) override {
+    host::CopyEngine *ce = host::emulatedCopyEngine();
+    *done = !ce || ce->reached(m);
+    return flagcxSuccess;
   }
   void batchBegin() override { t_batchDepth++; }
   flagcxResult_t batchEnd() override {
