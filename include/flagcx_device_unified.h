@@ -37,7 +37,7 @@
 /* How the calls are declared: library functions for host code, inline
  * device functions under nvcc. */
 #if defined(__CUDACC__)
-#define FLAGCX_DEV_CALL FLAGCX_IR_EXTERN_C __device__ inline
+#define FLAGCX_DEV_CALL FLAGCX_IR_EXTERN_C inline
 #else
 #define FLAGCX_DEV_CALL FLAGCX_IR_EXTERN_C
 #endif

@@ -1,8 +1,9 @@
 // The host side of flagcx_kernel.h: device communicators and device memory
 // handles.  Arguments are checked here (one log line, flagcxInvalidArgument);
 // src/core/devcomm does the work.  Create, Destroy of a device communicator
-// and DevMemCreate are collective.  For a host rank the "device pointer" of a
-// handle is the handle's own view, in host memory.
+// and DevMemCreate are collective.  The "device pointer" of a handle is the
+// view kernels read: a CUDA rank's is in device memory, a host rank's is the
+// handle itself.
 #include "api/checks.h"
 #include "core/core.h"
 #include "flagcx_kernel.h"
@@ -56,7 +57,7 @@ flagcxResult_t flagcxDevCommGetDevicePtr(flagcxDevComm_t devComm, void **devPtr)
   if (!devPtr || !devCommLive(devComm))
     return argError(flagcxInvalidArgument, kInit, "%s: %s", __func__,
                     devPtr ? "devComm is not a live device communicator" : "devPtr is NULL");
-  *devPtr = &devComm->view;
+  *devPtr = devComm->dev.view ? devComm->dev.view : &devComm->view;
   return flagcxSuccess;
 }
 
@@ -72,7 +73,7 @@ flagcxResult_t flagcxDevMemGetDevicePtr(flagcxDevMem_t devMem, void **devPtr) {
   if (!devPtr || !devMemLive(devMem))
     return argError(flagcxInvalidArgument, kInit, "%s: %s", __func__,
                     devPtr ? "devMem is not a live device memory handle" : "devPtr is NULL");
-  *devPtr = &devMem->view;
+  *devPtr = devMem->dev.view ? devMem->dev.view : &devMem->view;
   return flagcxSuccess;
 }
 

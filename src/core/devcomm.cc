@@ -92,11 +92,12 @@ flagcxResult_t layout(flagcxComm *comm, flagcxDevCommInternal *dc) {
   for (int k = 0; k < 3; k++) v.barrierRow[k] = rows, rows += v.nBarriers[k];
   size_t n = static_cast<size_t>(comm->nranks), nr = static_cast<size_t>(rows);
   dc->blockBytes = std::max<size_t>(nr * n * sizeof(uint64_t), 64);
+  size_t ns = static_cast<size_t>(v.nSignals), nc = static_cast<size_t>(v.nCounters);
+  dc->local.assign(2 * ns + nc + nr + 1, 0);
+  if (dc->cuda) return cudaLayout(dc);
   FLAGCX_CHECK(host::memAlloc(&dc->block, dc->blockBytes, flagcxMemDevice));
   memset(dc->block, 0, dc->blockBytes);
   v.words = static_cast<uint64_t *>(dc->block);
-  size_t ns = static_cast<size_t>(v.nSignals), nc = static_cast<size_t>(v.nCounters);
-  dc->local.assign(2 * ns + nc + nr + 1, 0);
   v.signalBase = dc->local.data();
   v.shadow = v.signalBase + ns;
   v.counters = v.shadow + ns;
@@ -113,6 +114,11 @@ flagcxResult_t layout(flagcxComm *comm, flagcxDevCommInternal *dc) {
 }
 
 void freeMemory(flagcxDevCommInternal *dc) {
+  if (dc->cuda) {
+    cudaRelease(dc->comm, &dc->dev);
+    dc->block = nullptr;
+    return;
+  }
   if (dc->block) host::memFree(dc->block);
   if (dc->queueMem) host::memFree(dc->queueMem);
   dc->block = dc->queueMem = nullptr;
@@ -138,14 +144,12 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
       return argError(flagcxInvalidArgument, kInit, "flagcxDevCommCreate: rank %d passed other "
                       "requirements than this rank %d (they must be equal)", r, comm->rank);
   FLAGCX_CHECK(checkReqs(reqs));
-  if (comm->dev->kind() != DeviceKind::Host)
-    return argError(flagcxNotSupported, kInit, "flagcxDevCommCreate: rank %d: device communicators "
-                    "are made for host ranks only in this build (docs/DEVICE-API.md)", comm->rank);
   OneSided *os = nullptr;
   FLAGCX_CHECK(oneSided(comm, true, &os));
   auto dc = std::make_unique<flagcxDevCommInternal>();
   dc->comm = comm;
   dc->reqs = reqs;
+  dc->cuda = comm->dev->kind() == DeviceKind::Cuda;
   makeTeams(comm, dc.get());
   flagcxResult_t rc = layout(comm, dc.get());
   if (rc == flagcxSuccess) rc = os->windowRegister(dc->block, dc->blockBytes, 0, &dc->blockWin);
@@ -156,7 +160,12 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
   for (auto &p : dc->blockWin->reg.peer)
     dc->peerWords.push_back(reinterpret_cast<uint64_t *>(p.mapped));
   dc->view.peerWords = dc->peerWords.data();
-  proxyStart(dc.get());
+  if (dc->cuda && (rc = cudaPublish(dc.get())) != flagcxSuccess) {
+    os->windowDeregister(dc->blockWin);
+    freeMemory(dc.get());
+    return rc;
+  }
+  if (!dc->cuda) proxyStart(dc.get());
   {
     std::lock_guard<std::mutex> g(g_mu);
     g_handles[comm].comms.push_back(dc.get());
@@ -182,9 +191,9 @@ flagcxResult_t devCommDestroy(flagcxDevCommInternal *dc) {
   OneSided *os = nullptr;
   FLAGCX_CHECK(oneSided(comm, false, &os));
   flagcxResult_t rc = os ? os->windowDeregister(dc->blockWin) : flagcxSuccess;
+  int32_t err = dc->cuda ? cudaError(dc) : dc->errorWord;
   freeMemory(dc);
-  if (rc == flagcxSuccess && dc->errorWord != flagcxSuccess)
-    rc = static_cast<flagcxResult_t>(dc->errorWord);
+  if (rc == flagcxSuccess && err != flagcxSuccess) rc = static_cast<flagcxResult_t>(err);
   dc->view.magic = 0;
   delete dc;
   return rc;
@@ -230,6 +239,7 @@ flagcxResult_t devMemCreate(flagcxComm *comm, void *buf, size_t size, flagcxWind
   v.size = size;
   v.peerBase = dm->peerBase.data();
   v.peerSize = dm->peerSize.data();
+  if (comm->dev->kind() == DeviceKind::Cuda) FLAGCX_CHECK(cudaMemPublish(dm.get()));
   std::lock_guard<std::mutex> g(g_mu);
   auto &mems = g_handles[comm].mems;
   v.id = static_cast<uint32_t>(mems.size());
@@ -243,6 +253,7 @@ flagcxResult_t devMemDestroy(flagcxComm *comm, flagcxDevMemInternal *dm) {
     std::lock_guard<std::mutex> g(g_mu);
     g_handles[comm].mems[dm->view.id] = nullptr;
   }
+  cudaRelease(comm, &dm->dev);
   dm->view.magic = 0;
   delete dm;
   return flagcxSuccess;
@@ -335,7 +346,7 @@ void devForget(flagcxComm *comm) {
     delete dc;
   }
   for (auto *dm : h.mems)
-    if (dm) dm->view.magic = 0, delete dm;
+    if (dm) cudaRelease(comm, &dm->dev), delete dm;
 }
 
 }  // namespace flagcx

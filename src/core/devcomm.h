@@ -19,9 +19,18 @@
 
 struct flagcxComm;
 
+// Device memory that a CUDA rank's handle owns: the view kernels read
+// (flagcxDevCommGetDevicePtr / flagcxDevMemGetDevicePtr) and the arrays it
+// points to (devcomm_cuda.cc).
+struct flagcxDevCopies {
+  std::vector<void *> allocs;
+  void *view = nullptr;  // the device copy of the view (one of allocs)
+};
+
 struct flagcxDevMemInternal {
   flagcxDevMemView view{};  // first: the handle is also what the calls read
   flagcxComm *comm = nullptr;
+  flagcxDevCopies dev;      // CUDA ranks
   flagcx::RegInfo reg;  // the registration holding it (a copy: its mappings stay the owner's)
   std::vector<char *> peerBase;
   std::vector<uint64_t> peerSize;
@@ -29,8 +38,10 @@ struct flagcxDevMemInternal {
 };
 
 struct flagcxDevCommInternal {
-  flagcxDevCommView view{};  // first: the handle is also what the calls read
+  flagcxDevCommView view{};  // first: the handle is also what host ranks' calls read
   flagcxComm *comm = nullptr;
+  bool cuda = false;         // the words live in device memory; kernels read dev.view
+  flagcxDevCopies dev;
   flagcxDevCommRequirements reqs{};
   std::vector<int32_t> team[3];
   std::vector<uint64_t *> peerWords;
@@ -69,6 +80,15 @@ flagcxResult_t devCleanup(flagcxComm *comm);
 // The communicator goes (destroy, abort): stop the proxies and free the
 // handles without talking to peers.  Before the one-sided state goes.
 void devForget(flagcxComm *comm);
+
+// CUDA ranks (devcomm_cuda.cc): the words and private slots in device
+// memory; after the block's registration, the check that every peer is
+// mapped and the device copy of the view; the same for a DevMem.
+flagcxResult_t cudaLayout(flagcxDevCommInternal *dc);
+flagcxResult_t cudaPublish(flagcxDevCommInternal *dc);
+flagcxResult_t cudaMemPublish(flagcxDevMemInternal *dm);
+void cudaRelease(flagcxComm *comm, flagcxDevCopies *c);
+int32_t cudaError(flagcxDevCommInternal *dc);
 
 // The proxy (devcomm_proxy.cc).
 void proxyStart(flagcxDevCommInternal *dc);
