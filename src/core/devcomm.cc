@@ -135,15 +135,32 @@ flagcxResult_t oneSided(flagcxComm *comm, bool create, OneSided **os) {
 
 flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &reqs,
                              flagcxDevCommInternal **out) {
-  // The same verdict everywhere: the requirements travel first.
-  std::vector<flagcxDevCommRequirements> all(static_cast<size_t>(comm->nranks));
-  memcpy(&all[static_cast<size_t>(comm->rank)], &reqs, sizeof(reqs));
-  FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(reqs)));
-  for (int r = 0; r < comm->nranks; r++)
-    if (memcmp(&all[static_cast<size_t>(r)], &reqs, sizeof(reqs)) != 0)
+  // The same verdict everywhere: the requirements and device kinds travel
+  // first.  CUDA ranks need every peer mapped (one host, every rank CUDA).
+  struct Rec {
+    flagcxDevCommRequirements reqs;
+    int32_t kind;
+  };
+  std::vector<Rec> all(static_cast<size_t>(comm->nranks));
+  Rec mine{};
+  memcpy(&mine.reqs, &reqs, sizeof(reqs));
+  mine.kind = static_cast<int32_t>(comm->dev->kind());
+  all[static_cast<size_t>(comm->rank)] = mine;
+  FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(Rec)));
+  bool anyCuda = false, mixed = false;
+  for (int r = 0; r < comm->nranks; r++) {
+    const Rec &x = all[static_cast<size_t>(r)];
+    if (memcmp(&x.reqs, &reqs, sizeof(reqs)) != 0)
       return argError(flagcxInvalidArgument, kInit, "flagcxDevCommCreate: rank %d passed other "
                       "requirements than this rank %d (they must be equal)", r, comm->rank);
+    anyCuda = anyCuda || x.kind == static_cast<int32_t>(DeviceKind::Cuda);
+    mixed = mixed || x.kind != all[0].kind;
+  }
   FLAGCX_CHECK(checkReqs(reqs));
+  if (anyCuda && (mixed || comm->nNodes > 1))
+    return argError(flagcxNotSupported, kInit, "flagcxDevCommCreate: CUDA ranks need every peer "
+                    "mapped by CUDA IPC: %s (docs/DEVICE-API.md)",
+                    mixed ? "host and CUDA ranks are mixed" : "the ranks span several hosts");
   OneSided *os = nullptr;
   FLAGCX_CHECK(oneSided(comm, true, &os));
   auto dc = std::make_unique<flagcxDevCommInternal>();

@@ -35,9 +35,11 @@ flagcxResult_t devCopy(DeviceAdapter *dev, flagcxDevCopies *c, const T *host, si
   return n ? dev->copy(p, host, n * sizeof(T), nullptr) : flagcxSuccess;
 }
 
-bool everyPeerMapped(const RegInfo &reg) {
-  for (auto &p : reg.peer)
-    if (!p.mapped) return false;
+// Every peer's part mapped here as device memory (CUDA IPC); self: its own.
+bool everyPeerMapped(const RegInfo &reg, int self) {
+  for (size_t r = 0; r < reg.peer.size(); r++)
+    if (!reg.peer[r].mapped || (static_cast<int>(r) != self && !reg.peer[r].deviceBase))
+      return false;
   return true;
 }
 
@@ -67,7 +69,7 @@ flagcxResult_t cudaLayout(flagcxDevCommInternal *dc) {
 }
 
 flagcxResult_t cudaPublish(flagcxDevCommInternal *dc) {
-  if (!everyPeerMapped(dc->blockWin->reg))
+  if (!everyPeerMapped(dc->blockWin->reg, dc->comm->rank))
     return argError(flagcxNotSupported, kInit, "flagcxDevCommCreate: rank %d: a CUDA device "
                     "communicator needs every peer mapped through CUDA IPC (one host); the proxy "
                     "path from CUDA kernels is not built", dc->comm->rank);
@@ -89,7 +91,7 @@ flagcxResult_t cudaPublish(flagcxDevCommInternal *dc) {
 }
 
 flagcxResult_t cudaMemPublish(flagcxDevMemInternal *dm) {
-  if (!dm->reg.device || !everyPeerMapped(dm->reg))
+  if (!dm->reg.device || !everyPeerMapped(dm->reg, dm->comm->rank))
     return argError(flagcxNotSupported, kInit, "flagcxDevMemCreate: rank %d: a CUDA rank's "
                     "device memory handle needs device memory that every peer maps through "
                     "CUDA IPC", dm->comm->rank);
