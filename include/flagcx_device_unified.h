@@ -146,8 +146,7 @@ struct flagcxDevCommView {
   uint64_t *epoch;               /* [barrier rows]: arrivals of this rank */
   struct flagcxDevQueue *queue;  /* to the proxy thread */
   int32_t *error;                /* the first bad use or failure (flagcxResult_t), sticky */
-  int32_t checkRanges;           /* device builds: bounds checks on (-Ddevice_checks) */
-  int32_t pad;
+  int32_t reserved[2];
 };
 
 struct flagcxDevMemView {

@@ -62,9 +62,6 @@ flagcxResult_t cudaLayout(flagcxDevCommInternal *dc) {
   v.epoch = base + 2 * ns + nc;
   v.error = static_cast<int32_t *>(err);
   v.queue = nullptr;
-#ifdef FLAGCX_DEVICE_CHECKS
-  v.checkRanges = 1;
-#endif
   return flagcxSuccess;
 }
 
