@@ -312,6 +312,27 @@ int badUse(int rank, int nranks, flagcxUniqueId *id) {
   return 0;
 }
 
+// A communicator destroyed with its device communicator and DevMem still
+// there (over sockets: the proxy thread runs): they go with it, no hang.
+int leftAtDestroy(int rank, int nranks, flagcxUniqueId *id) {
+  Setup s;
+  int rc = open(s, rank, nranks, id, kSocket, true);
+  if (rc) return rc;
+  flagcxDevSignalInc(s.comm, W, (rank + 1) % nranks, 0, 0, kThread, kSys);
+  flagcxDevFlush(s.comm, 0, kThread, kAcq);  // the successor's signal is out
+  flagcxDevWaitSignal(s.comm, 0, 1, 64, 0, kThread, kAcq);
+  CHECK_OR(flagcxCommDestroy(s.c.comm) == flagcxSuccess, 92);
+  flagcxMemFree(s.buf, flagcxMemCCL);
+  return 0;
+}
+
+TEST(DevApiBadUse, LeftAtCommDestroy) {
+  harness::Env env{{{"FLAGCX_DEVICE", "host"}, {"FLAGCX_TIMEOUT", "60"},
+                    {"FLAGCX_SHM_DISABLE", "1"}}};
+  auto res = harness::run(3, leftAtDestroy, env, 120);
+  EXPECT_TRUE(res.allOk()) << res.failures();
+}
+
 TEST(DevApiBadUse, ClearErrors) {
   g_shared = static_cast<Shared *>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
                                         MAP_SHARED | MAP_ANONYMOUS, -1, 0));
