@@ -75,7 +75,7 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_fold_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test"
+targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_fold_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test tests/gpu/cuda_devapi_test tests/gpu/device_allreduce"
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -114,11 +114,18 @@ if [ "$TESTS" = 1 ]; then
   run_test cuda-fold timeout 300 "$B/tests/gpu/cuda_fold_test"
   run_test cuda-multi timeout 600 "$B/tests/gpu/cuda_multi_test"
   run_test cuda-onesided timeout 600 "$B/tests/gpu/cuda_onesided_test"
+  # The device API from CUDA kernels, ranks sharing the GPU (they spin on
+  # each other: MPS, or the driver's time-slicing).
+  run_test cuda-devapi-2 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2
+  run_test cuda-devapi-4 timeout 300 "$B/tests/gpu/cuda_devapi_test" 4
 fi
 if [ "$BENCH" = 1 ]; then
   run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
   run_test engine-bench timeout 600 "$B/tests/gpu/bench_engine" 2 "$MIB"
   run_test onesided-bench timeout 300 "$B/tests/gpu/bench_onesided" "$MIB"
+  for bytes in 8 4096 65536; do
+    run_test device-allreduce-$bytes timeout 300 "$B/tests/gpu/device_allreduce" 2 $bytes 1000
+  done
   [ -x "$B/tests/gpu/bench_nccl" ] && run_test nccl-bench timeout 300 "$B/tests/gpu/bench_nccl" 256
 fi
 if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then

@@ -1,40 +1,93 @@
-// The device API of flagcx_kernel.h: declared for FlagCX 0.13 programs, not
-// implemented yet (README, "Not supported"): one log line, flagcxNotSupported.
+// The host side of flagcx_kernel.h: device communicators and device memory
+// handles.  Arguments are checked here (one log line, flagcxInvalidArgument);
+// src/core/devcomm does the work.  Create, Destroy of a device communicator
+// and DevMemCreate are collective.  The "device pointer" of a handle is the
+// view kernels read: a CUDA rank's is in device memory, a host rank's is the
+// handle itself.
+#include "api/checks.h"
+#include "core/core.h"
 #include "flagcx_kernel.h"
 
-#include "base/base.h"
+using namespace flagcx;
 
 namespace {
-flagcxResult_t notYet(const char *fn) {
-  WARN(flagcx::kInit, "%s: the device API (flagcx_kernel.h) is not supported yet "
-       "(README, \"Not supported\")", fn);
-  return flagcxNotSupported;
+flagcxResult_t liveComm(flagcxComm_t comm, const char *fn) {
+  if (!comm || !commIsLive(comm))
+    return argError(flagcxInvalidArgument, kInit, "%s: comm is not a live communicator", fn);
+  return flagcxSuccess;
 }
 }  // namespace
 
 extern "C" {
-flagcxResult_t flagcxDevCommCreate(flagcxComm_t, const flagcxDevCommRequirements *,
+
+flagcxResult_t flagcxDevCommCreate(flagcxComm_t comm, const flagcxDevCommRequirements *reqs,
                                    flagcxDevComm_t *devComm) {
   if (devComm) *devComm = nullptr;
-  return notYet(__func__);
+  FLAGCX_CHECK(liveComm(comm, __func__));
+  if (!reqs || !devComm)
+    return argError(flagcxInvalidArgument, kInit, "%s: %s is NULL", __func__,
+                    reqs ? "devComm" : "reqs");
+  return devCommCreate(comm, *reqs, devComm);
 }
-flagcxResult_t flagcxDevCommDestroy(flagcxComm_t, flagcxDevComm_t) { return notYet(__func__); }
-flagcxResult_t flagcxDevMemCreate(flagcxComm_t, void *, size_t, flagcxWindow_t,
+
+flagcxResult_t flagcxDevCommDestroy(flagcxComm_t comm, flagcxDevComm_t devComm) {
+  FLAGCX_CHECK(liveComm(comm, __func__));
+  if (!devCommOf(comm, devComm, __func__)) return flagcxInvalidArgument;
+  return devCommDestroy(devComm);
+}
+
+flagcxResult_t flagcxDevMemCreate(flagcxComm_t comm, void *buff, size_t size, flagcxWindow_t win,
                                   flagcxDevMem_t *devMem) {
   if (devMem) *devMem = nullptr;
-  return notYet(__func__);
+  FLAGCX_CHECK(liveComm(comm, __func__));
+  if (!buff || size == 0 || !devMem)
+    return argError(flagcxInvalidArgument, kInit, "%s: %s", __func__,
+                    !buff ? "buff is NULL" : size == 0 ? "size is 0" : "devMem is NULL");
+  return devMemCreate(comm, buff, size, win, devMem);
 }
-flagcxResult_t flagcxDevMemDestroy(flagcxComm_t, flagcxDevMem_t) { return notYet(__func__); }
-flagcxResult_t flagcxDevCommGetDevicePtr(flagcxDevComm_t, void **devPtr) {
+
+flagcxResult_t flagcxDevMemDestroy(flagcxComm_t comm, flagcxDevMem_t devMem) {
+  FLAGCX_CHECK(liveComm(comm, __func__));
+  if (!devMemOf(comm, devMem, __func__)) return flagcxInvalidArgument;
+  return devMemDestroy(comm, devMem);
+}
+
+flagcxResult_t flagcxDevCommGetDevicePtr(flagcxDevComm_t devComm, void **devPtr) {
   if (devPtr) *devPtr = nullptr;
-  return notYet(__func__);
+  if (!devPtr || !devCommLive(devComm))
+    return argError(flagcxInvalidArgument, kInit, "%s: %s", __func__,
+                    devPtr ? "devComm is not a live device communicator" : "devPtr is NULL");
+  *devPtr = devComm->dev.view ? devComm->dev.view : &devComm->view;
+  return flagcxSuccess;
 }
-flagcxResult_t flagcxDevCommFreeDevicePtr(flagcxDevComm_t) { return notYet(__func__); }
-flagcxResult_t flagcxDevMemGetDevicePtr(flagcxDevMem_t, void **devPtr) {
+
+flagcxResult_t flagcxDevCommFreeDevicePtr(flagcxDevComm_t devComm) {
+  if (!devCommLive(devComm))
+    return argError(flagcxInvalidArgument, kInit, "%s: devComm is not a live device communicator",
+                    __func__);
+  return flagcxSuccess;
+}
+
+flagcxResult_t flagcxDevMemGetDevicePtr(flagcxDevMem_t devMem, void **devPtr) {
   if (devPtr) *devPtr = nullptr;
-  return notYet(__func__);
+  if (!devPtr || !devMemLive(devMem))
+    return argError(flagcxInvalidArgument, kInit, "%s: %s", __func__,
+                    devPtr ? "devMem is not a live device memory handle" : "devPtr is NULL");
+  *devPtr = devMem->dev.view ? devMem->dev.view : &devMem->view;
+  return flagcxSuccess;
 }
-flagcxResult_t flagcxDevMemFreeDevicePtr(flagcxDevMem_t) { return notYet(__func__); }
-// Nothing of the device API is ever created, so there is nothing to clean.
-flagcxResult_t flagcxCommCleanup(flagcxComm_t) { return flagcxSuccess; }
+
+flagcxResult_t flagcxDevMemFreeDevicePtr(flagcxDevMem_t devMem) {
+  if (!devMemLive(devMem))
+    return argError(flagcxInvalidArgument, kInit, "%s: devMem is not a live device memory handle",
+                    __func__);
+  return flagcxSuccess;
+}
+
+// Destroys every device communicator and device memory handle of comm
+// (collective, as flagcxDevCommDestroy).
+flagcxResult_t flagcxCommCleanup(flagcxComm_t comm) {
+  FLAGCX_CHECK(liveComm(comm, __func__));
+  return devCleanup(comm);
+}
 }

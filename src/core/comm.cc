@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "adapters/adapters.h"
+#include "core/devcomm.h"
 #include "sched/sched.h"
 
 namespace flagcx {
@@ -334,6 +335,7 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort) {
     comm->magic = 0;
     return flagcxInternalError;
   }
+  devForget(comm);  // device communicators left: their proxies stop first
   if (comm->ccl) {
     res = comm->ccl->destroy(abort);
     comm->ccl.reset();

@@ -313,6 +313,19 @@ bool OneSided::isWindow(const flagcxWindow *w) {
   return false;
 }
 
+bool OneSided::findReg(const void *buf, size_t size, const flagcxWindow *win, RegInfo *out) const {
+  auto holds = [&](const RegInfo &r) {
+    const char *p = static_cast<const char *>(buf);
+    return r.base && p >= r.base && size <= r.size && static_cast<uint64_t>(p - r.base) <= r.size - size;
+  };
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto &w : windows_)
+    if ((!win || w.get() == win) && holds(w->reg)) return *out = w->reg, true;
+  for (auto &r : regions_)
+    if (!win && holds(r)) return *out = r, true;
+  return false;
+}
+
 flagcxResult_t OneSided::windowDeregister(flagcxWindow *win) {
   // Operations on it finish first, here and (barrier) everywhere.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);

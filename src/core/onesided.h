@@ -78,6 +78,11 @@ class OneSided {
 
   // Windows (stream-ordered).
   bool isWindow(const flagcxWindow *w);
+  // The registration holding [buf, buf+size): the window `win`, or (win
+  // null) any window or region, copied to *out; false when none holds it.
+  bool findReg(const void *buf, size_t size, const flagcxWindow *win, RegInfo *out) const;
+  // The engine of the peers that are not mapped (the device API's proxy).
+  RmaEngine *engine() const { return eng_.get(); }
   bool signalsReady() const { return signalsReady_; }
   flagcxResult_t putSignal(const void *src, size_t bytes, int peer, flagcxWindow *win,
                            size_t off, bool withData, flagcxStream_t stream);

@@ -21,6 +21,7 @@ declared() {
 {
   ${CC:-cc} -E -P -I"$root/include" -x c "$root/include/flagcx.h" | declared
   ${CC:-cc} -E -P -I"$root/include" -x c "$root/include/flagcx_kernel.h" | declared
+  ${CC:-cc} -E -P -I"$root/include" -x c "$root/include/flagcx_device_unified.h" | declared
   ${CXX:-c++} -std=c++17 -E -P -I"$root/include" -x c++ "$root/include/flagcx_kernel.h" | declared
   ${CXX:-c++} -std=c++17 -E -P -I"$root/include" -x c++ "$root/include/flagcx_p2p.h" |
     sed -n '/FLAGCX_P2P_MSG_SIZE\|struct FlagcxP2pRdmaDesc/,$p' | declared

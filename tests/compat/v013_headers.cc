@@ -1,8 +1,10 @@
 // C++ side of the FlagCX 0.13 surface, built through pkg-config against the
 // staged install: the allocator argument defaults to flagcxMemCCL, and the
-// device API (flagcx_kernel.h) compiles, links and answers "not supported"
-// cleanly, and the P2P engine (flagcx_p2p.h) compiles, links and starts.
+// device API (flagcx_kernel.h, flagcx_device_unified.h) compiles, links and
+// refuses a NULL communicator cleanly, and the P2P engine (flagcx_p2p.h)
+// compiles, links and starts.
 #include <flagcx.h>
+#include <flagcx_device_unified.h>
 #include <flagcx_kernel.h>
 #include <flagcx_p2p.h>
 
@@ -23,9 +25,10 @@ int main() {
   flagcxDevCommRequirements reqs = FLAGCX_DEV_COMM_REQUIREMENTS_INITIALIZER;
   EXPECT(reqs.interContextCount == 4);
   flagcxDevComm_t dc = reinterpret_cast<flagcxDevComm_t>(&reqs);
-  EXPECT(flagcxDevCommCreate(nullptr, &reqs, &dc) == flagcxNotSupported && dc == nullptr);
+  EXPECT(flagcxDevCommCreate(nullptr, &reqs, &dc) == flagcxInvalidArgument && dc == nullptr);
   flagcxDevMem_t dm;
-  EXPECT(flagcxDevMemCreate(nullptr, nullptr, 0, nullptr, &dm) == flagcxNotSupported);
+  EXPECT(flagcxDevMemCreate(nullptr, nullptr, 0, nullptr, &dm) == flagcxInvalidArgument);
+  EXPECT(flagcxDevReadSignal(nullptr, 0, 64, 0, FLAGCX_MEMORY_ORDER_ACQUIRE) == 0);
   FlagcxP2pEngine *engine = flagcxP2pEngineCreate();
   EXPECT(engine != nullptr && flagcxP2pEngineGetRpcPort(engine) > 0);
   flagcxP2pEngineDestroy(engine);
@@ -42,6 +45,6 @@ int main() {
   FlagcxP2pRdmaDesc back{};
   flagcxP2pDeserializeRdmaDesc(buf, &back);
   EXPECT(back.addr == 0x1234 && back.rkey == 7);
-  std::printf("C++ surface: default allocator and device API stubs answer; a P2P engine starts\n");
+  std::printf("C++ surface: default allocator and device API answer; a P2P engine starts\n");
   return 0;
 }

@@ -1,0 +1,196 @@
+/* flagcx device API for CUDA kernels: the unified calls of
+ * flagcx_device_unified.h as __device__ inline functions (included from there
+ * under nvcc; do not include directly).
+ *
+ * Every peer of a CUDA device communicator is mapped (CUDA IPC, one host;
+ * flagcxDevCommCreate refuses otherwise): data moves by stores and loads of
+ * the cooperative group, signals and barriers are system-scope atomics on the
+ * peers' words, counters on this rank's.  The data of a put is fenced
+ * (__threadfence_system) before its signal.  FLAGCX_COOP_THREAD, _WARP and
+ * _BLOCK are groups of 1, 32 (every lane calls) and the whole block;
+ * _TILE_SPAN and _LANES act as _THREAD.  With FLAGCX_DEVICE_CHECKS defined
+ * (pkg-config adds it to a -Ddevice_checks=true build) every range is checked
+ * and a bad one prints the block, thread and offset, and is skipped. */
+#ifndef FLAGCX_DEVICE_CUDA_H_
+#define FLAGCX_DEVICE_CUDA_H_
+
+#include <cuda/atomic>
+#include <stdio.h>
+
+namespace flagcx_dev {
+
+using View = flagcxDevCommView;
+using Mem = flagcxDevMemView;
+using SysAtomic = cuda::atomic_ref<uint64_t, cuda::thread_scope_system>;
+
+struct Coop {
+  unsigned rank, size;
+};
+
+__device__ inline Coop coopOf(flagcxDevCoopKind_t k) {
+  unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  if (k == FLAGCX_COOP_BLOCK) return Coop{t, blockDim.x * blockDim.y * blockDim.z};
+  if (k == FLAGCX_COOP_WARP) return Coop{t % 32u, 32u};
+  return Coop{0u, 1u};
+}
+
+__device__ inline void coopSync(flagcxDevCoopKind_t k) {
+  if (k == FLAGCX_COOP_BLOCK) __syncthreads();
+  else if (k == FLAGCX_COOP_WARP) __syncwarp();
+}
+
+/* The group copies [src, src+n) to dst: 16-byte words where both are
+ * aligned, bytes otherwise. */
+__device__ inline void coopCopy(char *dst, const char *src, size_t n, Coop c) {
+  if ((((uintptr_t)dst | (uintptr_t)src) & 15u) == 0) {
+    size_t words = n / 16;
+    for (size_t i = c.rank; i < words; i += c.size)
+      reinterpret_cast<uint4 *>(dst)[i] = reinterpret_cast<const uint4 *>(src)[i];
+    for (size_t i = words * 16 + c.rank; i < n; i += c.size) dst[i] = src[i];
+    return;
+  }
+  for (size_t i = c.rank; i < n; i += c.size) dst[i] = src[i];
+}
+
+__device__ inline void fail(const View *v, int code) {
+  atomicCAS(reinterpret_cast<int *>(v->error), 0, code);
+}
+
+/* A bad call: printed with the block and thread, kept as the error. */
+__device__ inline void bad(const View *v, const char *fn, const char *what, unsigned long long a,
+                           unsigned long long b) {
+  printf("flagcx device check: block (%u,%u,%u) thread (%u,%u,%u): %s: %s %llu %llu\n",
+         blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, fn, what, a, b);
+  fail(v, 4 /* flagcxInvalidArgument */);
+}
+
+__device__ inline bool inRange(const View *v, const char *fn, uint64_t off, uint64_t len,
+                               uint64_t size) {
+#ifdef FLAGCX_DEVICE_CHECKS
+  if (off > size || len > size - off) {
+    bad(v, fn, "range past the memory (offset, bytes):", off, len);
+    return false;
+  }
+#else
+  (void)v, (void)fn, (void)off, (void)len, (void)size;
+#endif
+  return true;
+}
+
+/* World rank of team member `peer`, -1 when out of the team (checked builds). */
+__device__ inline int worldOf(const View *v, flagcxDevTeamKind_t team, int peer, const char *fn) {
+#ifdef FLAGCX_DEVICE_CHECKS
+  if ((unsigned)team > 2u || peer < 0 || peer >= v->teamSize[team]) {
+    bad(v, fn, "peer not in the team (kind, peer):", (unsigned long long)team,
+        (unsigned long long)peer);
+    return -1;
+  }
+#else
+  (void)fn;
+#endif
+  return v->teamWorld[team][peer];
+}
+
+__device__ inline void signalRow(const View *v, int w, uint32_t row, uint64_t add) {
+  uint64_t *words = v->peerWords[w];
+  size_t at = (size_t)row * (size_t)v->nRanks + (size_t)v->rank;
+  SysAtomic(words[at]).fetch_add(add, cuda::memory_order_release);
+}
+
+__device__ inline uint64_t rowSum(const View *v, uint32_t row) {
+  uint64_t *r = v->words + (size_t)row * (size_t)v->nRanks, s = 0;
+  for (int i = 0; i < v->nRanks; i++) s += SysAtomic(r[i]).load(cuda::memory_order_acquire);
+  return s;
+}
+
+__device__ inline uint64_t masked(uint64_t x, int bits) {
+  return bits >= 64 ? x : x & ((1ull << bits) - 1);
+}
+
+__device__ inline void spinUntil(const uint64_t *word, uint64_t least, uint64_t base, int bits) {
+  unsigned ns = 32;
+  while (masked(SysAtomic(*const_cast<uint64_t *>(word)).load(cuda::memory_order_acquire) - base,
+                bits) < least) {
+    __nanosleep(ns);
+    if (ns < 1024) ns *= 2;
+  }
+}
+
+struct PutArgs {
+  const void *comm, *dst, *src;
+  size_t dstOff, srcOff, bytes;
+  flagcxDevTeamKind_t team;
+  int peer;
+  flagcxDevCoopKind_t coop;
+  uint32_t signal, counter;
+  uint64_t add;
+};
+
+__device__ inline void put(const PutArgs &a, const char *fn) {
+  const View *v = (const View *)a.comm;
+  const Mem *d = (const Mem *)a.dst, *s = (const Mem *)a.src;
+  int w = worldOf(v, a.team, a.peer, fn);
+  if (w < 0 || !inRange(v, fn, a.dstOff, a.bytes, d->peerSize[w]) ||
+      !inRange(v, fn, a.srcOff, a.bytes, s->size))
+    return;
+  coopCopy(d->peerBase[w] + a.dstOff, s->base + a.srcOff, a.bytes, coopOf(a.coop));
+  __threadfence_system();
+  coopSync(a.coop);
+  if (coopOf(a.coop).rank == 0) {
+    if (a.signal != FLAGCX_DEV_NONE) signalRow(v, w, a.signal, a.add);
+    if (a.counter != FLAGCX_DEV_NONE)
+      SysAtomic(v->counters[a.counter]).fetch_add(1, cuda::memory_order_release);
+  }
+  coopSync(a.coop);
+}
+
+__device__ inline void putValue(const void *comm, const void *dst, size_t dstOff, uint64_t value,
+                                flagcxDevTeamKind_t team, int peer, flagcxDevCoopKind_t coop,
+                                uint32_t signal, uint64_t add) {
+  const View *v = (const View *)comm;
+  const Mem *d = (const Mem *)dst;
+  int w = worldOf(v, team, peer, "flagcxDevPutValue");
+  if (w < 0 || !inRange(v, "flagcxDevPutValue", dstOff, 8, d->peerSize[w])) return;
+  coopSync(coop);
+  if (coopOf(coop).rank == 0) {
+    SysAtomic(*reinterpret_cast<uint64_t *>(d->peerBase[w] + dstOff))
+        .store(value, cuda::memory_order_release);
+    if (signal != FLAGCX_DEV_NONE) signalRow(v, w, signal, add);
+  }
+  coopSync(coop);
+}
+
+__device__ inline void arrive(const View *v, flagcxDevTeamKind_t team, uint32_t index) {
+  int row = v->barrierRow[team] + (int)index;
+  SysAtomic(v->epoch[row]).fetch_add(1, cuda::memory_order_relaxed);
+  __threadfence_system();
+  for (int i = 0; i < v->teamSize[team]; i++)
+    if (i != v->teamRank[team]) signalRow(v, v->teamWorld[team][i], (uint32_t)row, 1);
+}
+
+__device__ inline void barrierWait(const View *v, flagcxDevTeamKind_t team, uint32_t index) {
+  int row = v->barrierRow[team] + (int)index;
+  uint64_t target = SysAtomic(v->epoch[row]).load(cuda::memory_order_relaxed);
+  const uint64_t *r = v->words + (size_t)row * (size_t)v->nRanks;
+  for (int i = 0; i < v->teamSize[team]; i++)
+    if (i != v->teamRank[team]) spinUntil(&r[v->teamWorld[team][i]], target, 0, 64);
+}
+
+__device__ inline bool barrierOk(const View *v, flagcxDevTeamKind_t team, uint32_t index) {
+#ifdef FLAGCX_DEVICE_CHECKS
+  if ((unsigned)team > 2u || index >= (uint32_t)v->nBarriers[team]) {
+    bad(v, "flagcxDevBarrier", "barrier not requested (kind, index):", (unsigned long long)team,
+        index);
+    return false;
+  }
+#else
+  (void)v, (void)team, (void)index;
+#endif
+  return true;
+}
+
+}  // namespace flagcx_dev
+
+#include "flagcx_device_cuda_calls.h"
+
+#endif /* FLAGCX_DEVICE_CUDA_H_ */
