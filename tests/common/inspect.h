@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <new>
 #include <random>
 #include <set>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -116,6 +118,17 @@ inline int countDir(const std::string &dir) {
 }
 inline int openFds() { return countDir("/proc/self/fd") - 1; }  // less the one opendir holds
 inline int threadCount() { return countDir("/proc/self/task"); }
+// The thread count once threads that are winding down (a detached
+// rendezvous root) had a moment to leave: at most 2 s of waiting for it to
+// fall to `bound`.
+inline int settledThreads(int bound) {
+  int t = threadCount();
+  for (int i = 0; i < 200 && t > bound; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    t = threadCount();
+  }
+  return t;
+}
 
 // Entries in /dev/shm that flagcx made (flagcx-shm-<pid>-...), optionally
 // only those whose creator pid is in `pids`.
