@@ -71,11 +71,22 @@ flagcxResult_t initChild(flagcxComm *parent, const std::vector<int> &members,
   return r;
 }
 
+// The parent's operations enqueued before this call finish first: they may
+// use the bootstrap (connections on first use) that the new one's set-up
+// uses from this thread.
+flagcxResult_t settleParent(flagcxComm *parent, const char *what) {
+  if (parent->exec->drain()) return flagcxSuccess;
+  return argError(flagcxInvalidUsage, kInit, "%s: rank %d: %d operation(s) of the communicator "
+                  "still running after FLAGCX_TIMEOUT; after a failure, shrink with "
+                  "FLAGCX_SHRINK_ABORT", what, parent->rank, parent->exec->inFlight());
+}
+
 }  // namespace
 
 flagcxResult_t commSplit(flagcxComm *parent, int color, int key, flagcxComm **out) {
   *out = nullptr;
   const uint32_t tag = nextChildTag(parent);
+  FLAGCX_CHECK(settleParent(parent, "flagcxCommSplit"));
   struct Choice {
     int32_t color, key;
   };
@@ -106,6 +117,8 @@ flagcxResult_t commShrink(flagcxComm *parent, const std::vector<int> &exclude, b
     if (!parent->exec->drain())
       WARN(kInit, "flagcxCommShrink: rank %d: %d operation(s) of the parent still running 2 s "
            "after the abort", parent->rank, parent->exec->inFlight());
+  } else {
+    FLAGCX_CHECK(settleParent(parent, "flagcxCommShrink"));
   }
   std::vector<int> members;
   for (int r = 0; r < parent->nranks; r++)
@@ -124,6 +137,7 @@ flagcxResult_t commGrow(flagcxComm *parent, int nranks, const flagcxUniqueId *id
   *out = nullptr;
   if (!parent) return commInit(out, nranks, *id, rank);
   const uint32_t tag = nextChildTag(parent);
+  FLAGCX_CHECK(settleParent(parent, "flagcxCommGrow"));
   // Who holds the id: the lowest parent rank that passed one sends it on.
   std::vector<uint8_t> has(static_cast<size_t>(parent->nranks));
   has[static_cast<size_t>(parent->rank)] = id != nullptr;
