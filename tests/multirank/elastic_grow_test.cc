@@ -1,7 +1,8 @@
 // flagcxCommGetUniqueId + flagcxCommGrow, in real ranks: 4 ranks grow to 6
 // with two processes that are not in the parent (the id passed out of band,
-// through memory the test shares with them), every collective kind and a
-// send/recv ring run on the grown communicator, the 4 shrink back
+// through memory the test shares with them), allreduce, allgather,
+// broadcast, reduce, reducescatter, alltoall and a send/recv ring run on
+// the grown communicator (not gather, scatter, alltoallv), the 4 shrink back
 // (FLAGCX_SHRINK_DEFAULT) while the 2 destroy theirs; 20 alternations after
 // two warm-up rounds, with each process's open fds, threads, /dev/shm
 // entries and resident memory back within a fixed bound afterwards.  A grow
@@ -41,6 +42,20 @@ int work(flagcxComm_t c, int r, int n) {
     RANK_CHECK(out[p * k] == static_cast<float>(p + 1), "allgather block %d is %g", p, out[p * k]);
   RANK_OK(flagcxBroadcast(in.data(), out.data(), k, flagcxFloat, n - 1, c, nullptr));
   RANK_CHECK(out[k / 2] == static_cast<float>(n), "broadcast gave %g", out[k / 2]);
+  RANK_OK(flagcxReduce(in.data(), out.data(), k, flagcxFloat, flagcxMax, 0, c, nullptr));
+  RANK_CHECK(r != 0 || out[0] == static_cast<float>(n), "reduce gave %g", out[0]);
+  // Block p of rank r's input holds r * n + p: reducescatter sums column p,
+  // alltoall hands block p to rank p.
+  std::vector<float> blocks(k * n);
+  for (int p = 0; p < n; p++)
+    std::fill(blocks.begin() + p * k, blocks.begin() + (p + 1) * k, static_cast<float>(r * n + p));
+  RANK_OK(flagcxReduceScatter(blocks.data(), out.data(), k, flagcxFloat, flagcxSum, c, nullptr));
+  RANK_CHECK(out[k - 1] == static_cast<float>(n * (n - 1) / 2 * n + n * r), "reducescatter "
+             "gave %g", out[k - 1]);
+  RANK_OK(flagcxAlltoAll(blocks.data(), out.data(), k, flagcxFloat, c, nullptr));
+  for (int p = 0; p < n; p++)
+    RANK_CHECK(out[p * k] == static_cast<float>(p * n + r), "alltoall block %d is %g", p,
+               out[p * k]);
   RANK_OK(flagcxGroupStart(c));
   RANK_OK(flagcxSend(in.data(), k, flagcxFloat, (r + 1) % n, c, nullptr));
   RANK_OK(flagcxRecv(out.data(), k, flagcxFloat, (r + n - 1) % n, c, nullptr));
