@@ -251,6 +251,26 @@ flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo);
  * unchanged).  The default is FLAGCX_DETERMINISTIC. */
 flagcxResult_t flagcxCommSetDeterministic(flagcxComm_t comm, int on);
 
+/* Elastic communicators (docs/ELASTIC.md), shaped as NCCL's.  Split is
+ * collective over the parent (MPI_Comm_split: ranks ordered by key, then
+ * parent rank; FLAGCX_SPLIT_NOCOLOR gives *newcomm = NULL).  Shrink is called
+ * by the survivors only, all with the same exclude list; their new ranks are
+ * their parent order.  Revoke makes in-flight and later operations fail on
+ * every rank that reaches them.  GetUniqueId + Grow add ranks: existing ranks
+ * call Grow with rank = -1 (the coordinator passes the id made by
+ * flagcxCommGetUniqueId, the others may pass NULL), new ranks with comm =
+ * NULL, the id and a rank >= the parent's size. */
+#define FLAGCX_SPLIT_NOCOLOR  -1
+#define FLAGCX_SHRINK_DEFAULT 0x00  /* every remaining rank is healthy and idle */
+#define FLAGCX_SHRINK_ABORT   0x01  /* first abort what is in flight on the parent (after a failure) */
+flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key, flagcxComm_t *newcomm);
+flagcxResult_t flagcxCommShrink(flagcxComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                flagcxComm_t *newcomm, int shrinkFlags);
+flagcxResult_t flagcxCommGetUniqueId(flagcxComm_t comm, flagcxUniqueId *uniqueId);
+flagcxResult_t flagcxCommGrow(flagcxComm_t comm, int nranks, const flagcxUniqueId *uniqueId,
+                              int rank, flagcxComm_t *newcomm);
+flagcxResult_t flagcxCommRevoke(flagcxComm_t comm, int revokeFlags);
+
 /* Collectives: stream-ordered, they return once enqueued. */
 flagcxResult_t flagcxBarrier(flagcxComm_t comm, flagcxStream_t stream);
 flagcxResult_t flagcxReduce(const void *sendbuff, void *recvbuff, size_t count,

@@ -1,5 +1,6 @@
 // Communicators: creation (alone, in a group, all at once, non-blocking),
-// split, queries, destruction; registration; memory.  Groups: group.cc.
+// split, queries, destruction; registration; memory.  Groups: group.cc;
+// shrink, grow and revoke: elastic.cc.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -36,37 +37,6 @@ ncclResult_t enterSlow(const char *fn, ncclComm *c, flagcxComm_t *fc) {
     return fail(ncclInvalidArgument, fn, "comm is not a communicator (destroyed?)");
   NCCLX_CHECK(settle(fn, c));
   *fc = c->fc;
-  return ncclSuccess;
-}
-
-}  // namespace ncclx
-
-namespace {
-
-ncclResult_t currentDevice(int *dev) {
-  *dev = 0;
-  flagcxDeviceHandle_t h = device();
-  if (!h) return fail(ncclUnhandledCudaError, "ncclCommInitRank", "no device adapter");
-  if (h->getDevice(dev) != flagcxSuccess)
-    return fail(ncclUnhandledCudaError, "ncclCommInitRank", "cannot read the current device");
-  return ncclSuccess;
-}
-
-// Create the flagcx communicator of `c` on the calling thread (current
-// device already selected).
-ncclResult_t createNow(ncclComm *c, int nranks, const flagcxUniqueId &id, int rank) {
-  flagcxUniqueId copy = id;
-  flagcxResult_t r = flagcxCommInitRank(&c->fc, nranks, &copy, rank);
-  if (r != flagcxSuccess) {
-    c->fc = nullptr;
-    // flagcx logged why (one WARN line); this adds which rank, at INFO.
-    logLine(Level::Info, "rank %d of %d: flagcxCommInitRank: %s", rank, nranks,
-            flagcxGetErrorString(r));
-    return fromFlagcx("ncclCommInitRank", r);
-  }
-  logLine(Level::Info, "rank %d of %d created on device %d%s%s", rank, nranks, c->device,
-          c->name.empty() ? "" : ", name ", c->name.c_str());
-  setDirect(c);
   return ncclSuccess;
 }
 
@@ -109,6 +79,37 @@ ncclResult_t startCreate(const char *fn, ncclComm *c, std::function<ncclResult_t
   c->initResult = r;
   if (r != ncclSuccess) c->state.store(ncclComm::kFailed, std::memory_order_release);
   return r;
+}
+
+}  // namespace ncclx
+
+namespace {
+
+ncclResult_t currentDevice(int *dev) {
+  *dev = 0;
+  flagcxDeviceHandle_t h = device();
+  if (!h) return fail(ncclUnhandledCudaError, "ncclCommInitRank", "no device adapter");
+  if (h->getDevice(dev) != flagcxSuccess)
+    return fail(ncclUnhandledCudaError, "ncclCommInitRank", "cannot read the current device");
+  return ncclSuccess;
+}
+
+// Create the flagcx communicator of `c` on the calling thread (current
+// device already selected).
+ncclResult_t createNow(ncclComm *c, int nranks, const flagcxUniqueId &id, int rank) {
+  flagcxUniqueId copy = id;
+  flagcxResult_t r = flagcxCommInitRank(&c->fc, nranks, &copy, rank);
+  if (r != flagcxSuccess) {
+    c->fc = nullptr;
+    // flagcx logged why (one WARN line); this adds which rank, at INFO.
+    logLine(Level::Info, "rank %d of %d: flagcxCommInitRank: %s", rank, nranks,
+            flagcxGetErrorString(r));
+    return fromFlagcx("ncclCommInitRank", r);
+  }
+  logLine(Level::Info, "rank %d of %d created on device %d%s%s", rank, nranks, c->device,
+          c->name.empty() ? "" : ", name ", c->name.c_str());
+  setDirect(c);
+  return ncclSuccess;
 }
 
 ncclResult_t initRank(const char *fn, ncclComm_t *out, int nranks, const ncclUniqueId &nid, int rank,
@@ -274,18 +275,6 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   }
   *newcomm = c;
   return r;
-}
-
-ncclResult_t ncclCommShrink(ncclComm_t comm, int *, int, ncclComm_t *newcomm, ncclConfig_t *, int) {
-  if (newcomm) *newcomm = nullptr;
-  (void)comm;
-  return fail(ncclInvalidUsage, "ncclCommShrink",
-              "not supported by flagcx (no fault-tolerant shrink: create a new communicator)");
-}
-
-ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
-  (void)comm;
-  return fail(ncclInvalidUsage, "ncclCommRevoke", "not supported by flagcx (use ncclCommAbort)");
 }
 
 // NCCL 2.28's device API (nccl_device/core.h, not nccl.h) has no flagcx
@@ -486,8 +475,6 @@ NCCLX_PNAME(ncclCommInitRankConfig)
 NCCLX_PNAME(ncclCommInitRankScalable)
 NCCLX_PNAME(ncclCommInitAll)
 NCCLX_PNAME(ncclCommSplit)
-NCCLX_PNAME(ncclCommShrink)
-NCCLX_PNAME(ncclCommRevoke)
 NCCLX_PNAME(ncclCommFinalize)
 NCCLX_PNAME(ncclCommDestroy)
 NCCLX_PNAME(ncclCommAbort)

@@ -94,6 +94,12 @@ void setDirect(ncclComm *c);
 
 ncclResult_t splitNow(ncclComm *parent, ncclComm *c, int color, int key);
 
+// A communicator record not yet created (comm.cc); startCreate runs `run`
+// as NCCL schedules a creation: at ncclGroupEnd inside a group, on a thread
+// of its own when not blocking (ncclInProgress until done), else now.
+ncclComm *newComm(int nranks, int rank, int dev, const Config &cfg);
+ncclResult_t startCreate(const char *fn, ncclComm *c, std::function<ncclResult_t()> run);
+
 }  // namespace ncclx
 
 // NCCL's profiling names: pnccl<X> is the same function as nccl<X>.

@@ -7,13 +7,30 @@
 #include "base/base.h"
 #include "flagcx.h"
 
+#define API_CHECK(x)                    \
+  do {                                  \
+    flagcxResult_t _r = (x);            \
+    if (_r != flagcxSuccess) return _r; \
+  } while (0)
+
 namespace flagcx {
 
-inline flagcxResult_t checkComm(const char *fn, const flagcxComm *comm) {
+// A live communicator, whatever its state (destroy, abort, shrink, revoke
+// and the queries take a failed or revoked one).
+inline flagcxResult_t checkHandle(const char *fn, const flagcxComm *comm) {
   if (comm == nullptr) return argError(flagcxInvalidArgument, kInit, "%s: comm is NULL", fn);
   if (!commIsLive(comm))
     return argError(flagcxInvalidArgument, kInit,
                     "%s: comm is not a live communicator (destroyed or aborted?)", fn);
+  return flagcxSuccess;
+}
+
+// A communicator that may take operations.
+inline flagcxResult_t checkComm(const char *fn, const flagcxComm *comm) {
+  API_CHECK(checkHandle(fn, comm));
+  if (comm->revoked.load(std::memory_order_relaxed))
+    return argError(flagcxInvalidUsage, kInit, "%s: comm was revoked (flagcxCommRevoke); "
+                    "destroy, abort or shrink it", fn);
   if (comm->exec->asyncError() != flagcxSuccess && comm->exec->aborting())
     return argError(flagcxInvalidUsage, kInit, "%s: comm was aborted", fn);
   return flagcxSuccess;
@@ -60,8 +77,3 @@ inline flagcxResult_t checkBytes(const char *fn, const char *name, size_t count,
 
 }  // namespace flagcx
 
-#define API_CHECK(x)                    \
-  do {                                  \
-    flagcxResult_t _r = (x);            \
-    if (_r != flagcxSuccess) return _r; \
-  } while (0)

@@ -48,7 +48,7 @@ extern "C" flagcxResult_t flagcxCommFinalize(flagcxComm_t comm) {
 }
 
 extern "C" flagcxResult_t flagcxCommDestroy(flagcxComm_t comm) {
-  API_CHECK(checkComm("flagcxCommDestroy", comm));
+  API_CHECK(checkHandle("flagcxCommDestroy", comm));
   return commDestroy(comm, false);
 }
 
@@ -73,21 +73,21 @@ extern "C" flagcxResult_t flagcxCommResume(flagcxComm_t comm) {
 }
 
 extern "C" flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm, flagcxResult_t *asyncError) {
-  API_CHECK(checkComm("flagcxCommGetAsyncError", comm));
+  API_CHECK(checkHandle("flagcxCommGetAsyncError", comm));
   API_CHECK(checkPtr("flagcxCommGetAsyncError", "asyncError", asyncError));
   *asyncError = commAsyncError(comm);
   return flagcxSuccess;
 }
 
 extern "C" flagcxResult_t flagcxCommCount(const flagcxComm_t comm, int *count) {
-  API_CHECK(checkComm("flagcxCommCount", comm));
+  API_CHECK(checkHandle("flagcxCommCount", comm));
   API_CHECK(checkPtr("flagcxCommCount", "count", count));
   *count = comm->nranks;
   return flagcxSuccess;
 }
 
 extern "C" flagcxResult_t flagcxCommUserRank(const flagcxComm_t comm, int *rank) {
-  API_CHECK(checkComm("flagcxCommUserRank", comm));
+  API_CHECK(checkHandle("flagcxCommUserRank", comm));
   API_CHECK(checkPtr("flagcxCommUserRank", "rank", rank));
   *rank = comm->rank;
   return flagcxSuccess;

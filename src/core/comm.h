@@ -49,6 +49,9 @@ struct flagcxComm {
   std::unique_ptr<flagcx::Executor> exec;
   // A collective was issued: deterministic mode is fixed from then on.
   std::atomic<bool> collIssued{false};
+  // flagcxCommRevoke was called here: operations are refused from then on.
+  std::atomic<bool> revoked{false};
+  uint32_t children = 0;  // communicators made from this one (split, shrink, grow)
   std::mutex mu;          // guards lastError
   std::string lastError;  // what flagcxGetLastError(comm) returns
   // One-sided state, made by the first registration; declared last so that
@@ -70,6 +73,19 @@ flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
 // Connect to the listed peers that have no connection yet (each of them
 // must make the same call for this rank; bounded by FLAGCX_TIMEOUT).
 flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers);
+
+// Communicators made from a parent (src/core/elastic.cc, docs/ELASTIC.md).
+// Split: collective over the parent; color < 0 gives *out = nullptr.
+flagcxResult_t commSplit(flagcxComm *parent, int color, int key, flagcxComm **out);
+// Shrink: the survivors only, each with the same (checked) exclude list.
+flagcxResult_t commShrink(flagcxComm *parent, const std::vector<int> &exclude, bool abort,
+                          flagcxComm **out);
+flagcxResult_t commGrowId(flagcxComm *parent, flagcxUniqueId *id);
+// Existing ranks pass their parent (id may be null but on one of them), new
+// ranks a null parent, the id and their rank.
+flagcxResult_t commGrow(flagcxComm *parent, int nranks, const flagcxUniqueId *id, int rank,
+                        flagcxComm **out);
+flagcxResult_t commRevoke(flagcxComm *comm);
 
 // The operations, after the API's checks: through the vendor pass-through
 // when the communicator has one, except the collectives it cannot do our way

@@ -336,6 +336,7 @@ std::string Executor::lastError() const {
 }
 void Executor::abort() { s_->aborting = true; }
 bool Executor::aborting() const { return s_->aborting.load(); }
+void Executor::poisonPeers() { flagcx::poisonPeers(s_.get(), flagcxRemoteError); }
 
 bool Executor::drain() {
   Backoff wait;

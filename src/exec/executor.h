@@ -81,6 +81,9 @@ class Executor {
   // Fail running and queued work fast (abort); never blocks.
   void abort();
   bool aborting() const;
+  // An error frame on every connection, so that peers waiting on this rank
+  // fail now (revoke); only while no job runs.
+  void poisonPeers();
   // Wait for every enqueued job: until FLAGCX_TIMEOUT, or 2 s after abort().
   // false when some are still running (the caller must then not free what
   // they use).

@@ -20,7 +20,8 @@ constexpr uint32_t kIdVersion = 1;
 struct IdLayout {
   uint64_t magic;
   uint32_t version;
-  uint32_t flags;  // bit 0: from FLAGCX_COMM_ID; bit 1: keyed by FLAGCX_COMM_SECRET
+  uint32_t flags;  // bit 0: from FLAGCX_COMM_ID; bit 1: keyed by FLAGCX_COMM_SECRET;
+                   // bits 8-31: growFrom
   uint8_t secret[16];
   uint32_t addrLen;
   uint32_t check;  // low bits of a MAC over the fields above, catches garbage
@@ -96,7 +97,8 @@ void encodeUniqueId(const DecodedId &d, flagcxUniqueId *id) {
   IdLayout l{};
   l.magic = kIdMagic;
   l.version = kIdVersion;
-  l.flags = (d.fromEnv ? 1u : 0u) | (d.fromEnv && d.keyed ? 2u : 0u);
+  l.flags = (d.fromEnv ? 1u : 0u) | (d.fromEnv && d.keyed ? 2u : 0u) |
+            (static_cast<uint32_t>(d.growFrom) & 0xffffffu) << 8;
   memcpy(l.secret, d.secret.data(), 16);
   l.addrLen = d.root.len;
   l.check = checkOf(l);
@@ -122,6 +124,7 @@ flagcxResult_t decodeUniqueId(const flagcxUniqueId &id, DecodedId *out) {
   memcpy(out->secret.data(), l.secret, 16);
   out->fromEnv = (l.flags & 1u) != 0;
   out->keyed = out->fromEnv && (l.flags & 2u) != 0;
+  out->growFrom = static_cast<int>(l.flags >> 8);
   return flagcxSuccess;
 }
 
@@ -138,13 +141,20 @@ flagcxResult_t makeUniqueId(flagcxUniqueId *id) {
     d.secret = jobKey(secret, env);
     d.keyed = !secret.empty();
     d.fromEnv = true;
-  } else {
-    std::string ifname;
-    FLAGCX_CHECK(findLocalAddress(&d.root, &ifname));
-    randomBytes(d.secret.data(), d.secret.size());
-    FLAGCX_CHECK(startBootstrapRoot(&d.root, d.secret, "the unique id's secret"));
-    INFO(kBootstrap, "unique id: root listens on %s (%s)", d.root.str().c_str(), ifname.c_str());
+    encodeUniqueId(d, id);
+    return flagcxSuccess;
   }
+  return makeFreshId(id, 0);
+}
+
+flagcxResult_t makeFreshId(flagcxUniqueId *id, int growFrom) {
+  DecodedId d;
+  d.growFrom = growFrom;
+  std::string ifname;
+  FLAGCX_CHECK(findLocalAddress(&d.root, &ifname));
+  randomBytes(d.secret.data(), d.secret.size());
+  FLAGCX_CHECK(startBootstrapRoot(&d.root, d.secret, "the unique id's secret"));
+  INFO(kBootstrap, "unique id: root listens on %s (%s)", d.root.str().c_str(), ifname.c_str());
   encodeUniqueId(d, id);
   return flagcxSuccess;
 }

@@ -1,8 +1,9 @@
 // What multi-rank tests look at besides exit codes (tests/common/harness.h
 // runs the ranks): a page of memory shared between the test process and its
 // forked ranks, monotonic timestamps that compare across processes
-// (CLOCK_MONOTONIC is system-wide), and /proc inspection (open fds, threads,
-// listening TCP ports, /dev/shm entries, RSS).
+// (CLOCK_MONOTONIC is system-wide), /proc inspection (open fds, threads,
+// listening TCP ports, /dev/shm entries, RSS), and the seeded random source
+// of the kill tests.
 #pragma once
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +22,9 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <random>
 #include <set>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -55,6 +59,19 @@ void freeShared(T *p) {
 inline bool envIs(const char *name, const char *value) {
   const char *v = getenv(name);
   return v != nullptr && strcmp(v, value) == 0;
+}
+
+// The random choices of a kill test (victim, moment): seeded by REL_SEED
+// when set, else at random; the seed is printed so that a run can be replayed.
+inline std::mt19937 &relRng() {
+  static std::mt19937 g([] {
+    const char *v = getenv("REL_SEED");
+    unsigned s = v ? static_cast<unsigned>(strtoul(v, nullptr, 10)) : 0;
+    if (s == 0) s = std::random_device{}();
+    printf("REL_SEED=%u\n", s);
+    return s;
+  }());
+  return g;
 }
 inline int envInt(const char *name, int def) {
   const char *v = getenv(name);
@@ -101,6 +118,17 @@ inline int countDir(const std::string &dir) {
 }
 inline int openFds() { return countDir("/proc/self/fd") - 1; }  // less the one opendir holds
 inline int threadCount() { return countDir("/proc/self/task"); }
+// The thread count once threads that are winding down (a detached
+// rendezvous root) had a moment to leave: at most 2 s of waiting for it to
+// fall to `bound`.
+inline int settledThreads(int bound) {
+  int t = threadCount();
+  for (int i = 0; i < 200 && t > bound; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    t = threadCount();
+  }
+  return t;
+}
 
 // Entries in /dev/shm that flagcx made (flagcx-shm-<pid>-...), optionally
 // only those whose creator pid is in `pids`.

@@ -166,15 +166,7 @@ int rankBody(int rank, int nranks, flagcxUniqueId *id, Shared *sh, Phase phase, 
   return 0;
 }
 
-std::mt19937 &rng() {
-  static std::mt19937 g([] {
-    unsigned s = static_cast<unsigned>(harness::envInt("REL_SEED", 0));
-    if (s == 0) s = std::random_device{}();
-    printf("REL_SEED=%u\n", s);
-    return s;
-  }());
-  return g;
-}
+std::mt19937 &rng() { return harness::relRng(); }
 
 // One run of a configuration; returns a description of what went wrong, or "".
 std::string runOnce(int nranks, bool shm, int sig, Phase phase, Figures *fig) {

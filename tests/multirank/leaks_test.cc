@@ -50,16 +50,6 @@ int oneComm(int rank, int pfd[2], bool abortInstead) {
   return 0;
 }
 
-// Threads that are winding down (a detached rendezvous root) get a moment.
-int settledThreads(int bound) {
-  int t = harness::threadCount();
-  for (int i = 0; i < 200 && t > bound; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    t = harness::threadCount();
-  }
-  return t;
-}
-
 void leakTest(bool shm) {
   int pfd[2];
   ASSERT_EQ(pipe(pfd), 0);
@@ -76,14 +66,14 @@ void leakTest(bool shm) {
         return rc;
       }
     int fds0 = harness::openFds();
-    int thr0 = settledThreads(1 << 20);
+    int thr0 = harness::settledThreads(1 << 20);
     long rss0 = harness::rssKb();
     for (int i = 0; i < kComms; i++)
       if (int rc = oneComm(rank, pfd, i % 10 == 9)) {  // every tenth aborted
         fprintf(stderr, "rank %d: communicator %d failed\n", rank, i);
         return rc;
       }
-    int thr1 = settledThreads(thr0);
+    int thr1 = harness::settledThreads(thr0);
     int fds1 = harness::openFds();
     long rss1 = harness::rssKb();
     std::set<int> me = {getpid()};

@@ -17,8 +17,11 @@ import sys
 # The marker, and the two host functions of NCCL 2.28's device API
 # (nccl_device/core.h) that PyTorch 2.x links: without them libtorch_cuda.so
 # does not load under the drop-in.
+# NCCL 2.29's ncclCommGetUniqueId and ncclCommGrow are exported whatever the
+# header's version.
 ALLOWED_EXTRA = {"flagcxNcclDropin", "ncclDevCommCreate", "ncclDevCommDestroy",
-                 "pncclDevCommCreate", "pncclDevCommDestroy"}
+                 "pncclDevCommCreate", "pncclDevCommDestroy",
+                 "ncclCommGetUniqueId", "pncclCommGetUniqueId", "ncclCommGrow", "pncclCommGrow"}
 
 
 def declared(header_text):

@@ -1,8 +1,8 @@
 /* A program written to NCCL's nccl.h, linked against the drop-in
  * (-lnccl from the build tree).  Two processes, host buffers (the test runs
  * it with FLAGCX_DEVICE=host), NULL streams: every collective, send/recv in a
- * group, PreMulSum, split, non-blocking creation, registration, and the
- * calls flagcx refuses.  Exit status 0 only if every check holds. */
+ * group, PreMulSum, split, shrink and revoke, non-blocking creation,
+ * registration, and the calls flagcx refuses.  Exit status 0 only if every check holds. */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -11,22 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int g_rank = -1, g_fail = 0;
-
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fprintf(stderr, "\n");                                 \
-      g_fail++;                                              \
-    }                                                        \
-  } while (0)
-#define OK(call)                                                                   \
-  do {                                                                             \
-    ncclResult_t r_ = (call);                                                      \
-    CHECK(r_ == ncclSuccess, "%s -> %d (%s)", #call, (int)r_, ncclGetErrorString(r_)); \
-  } while (0)
+#include "nccl_check.h"
 
 enum { N = 64, R = 2 };
 
@@ -178,14 +163,24 @@ static int run(int rank, ncclUniqueId id, ncclUniqueId id2) {
   OK(ncclCommWindowDeregister(comm, win));
   OK(ncclMemFree(mem));
 
+  /* Shrink (nobody excluded) and revoke: the revoked communicator refuses
+   * its next call and names it. */
+  ncclComm_t shrunk = NULL;
+  OK(ncclCommShrink(comm, NULL, 0, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
+  float s1 = (float)(rank + 1), s2 = 0;
+  OK(ncclAllReduce(&s1, &s2, 1, ncclFloat, ncclSum, shrunk, NULL));
+  CHECK(s2 == 3.0f, "allreduce on the shrunk communicator = %g", s2);
+  /* A fence on the parent: past it, the peer's allreduce on `shrunk` is over
+   * too (a revoke fails what is still in flight, on every rank). */
+  OK(ncclAllReduce(&s1, &s2, 1, ncclFloat, ncclSum, comm, NULL));
+  OK(ncclCommRevoke(shrunk, NCCL_REVOKE_DEFAULT));
+  CHECK(ncclAllReduce(&s1, &s2, 1, ncclFloat, ncclSum, shrunk, NULL) == ncclInvalidUsage,
+        "an allreduce on a revoked communicator refused");
+  const char *last = ncclGetLastError(shrunk);
+  CHECK(last && strstr(last, "revoked"), "last error says why: %s", last ? last : "(null)");
+  OK(ncclCommDestroy(shrunk));
+
   /* What flagcx cannot do: a clear error, never a crash. */
-  ncclComm_t none = comm;
-  int excl = 1;
-  CHECK(ncclCommShrink(comm, &excl, 1, &none, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidUsage && none == NULL,
-        "ncclCommShrink refused");
-  CHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage, "ncclCommRevoke refused");
-  const char *last = ncclGetLastError(comm);
-  CHECK(last && strstr(last, "ncclCommRevoke"), "last error names the call: %s", last ? last : "(null)");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   OK(ncclGroupStart());
   CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "ncclGroupSimulateEnd refused");
