@@ -117,8 +117,13 @@ struct flagcxDevDesc {
   uint64_t seq;
 };
 
-/* The descriptor ring: producers take tickets from `head`; the proxy
- * consumes in ticket order and counts finished descriptors in `done`. */
+/* The descriptor ring: producers take tickets from `head` (CUDA kernels
+ * from the view's `tickets` word in device memory instead, the ring being
+ * host memory the GPU maps); the slot of ticket t is slot[t % capacity],
+ * free when its seq == t.  A producer waits for that, writes the descriptor,
+ * fences (system scope) and stores seq = t + 1.  The proxy consumes in
+ * ticket order, frees the slot (seq = t + capacity) and counts finished
+ * descriptors in `done`. */
 struct flagcxDevQueue {
   uint64_t head;
   uint64_t pad0[7];
@@ -146,7 +151,7 @@ struct flagcxDevCommView {
   uint64_t *epoch;               /* [barrier rows]: arrivals of this rank */
   struct flagcxDevQueue *queue;  /* to the proxy thread */
   int32_t *error;                /* the first bad use or failure (flagcxResult_t), sticky */
-  int32_t reserved[2];
+  uint64_t *tickets; /* CUDA kernels via the proxy: the ring's next ticket (device memory) */
 };
 
 struct flagcxDevMemView {
@@ -159,6 +164,17 @@ struct flagcxDevMemView {
   char *const *peerBase;    /* [world rank]: its part mapped here, or null */
   const uint64_t *peerSize; /* [world rank]: its part's size */
 };
+
+/* Host code: nonzero when the memory that kernels name through the device
+ * communicator `devComm` (a flagcxDevComm_t) must be host memory: a CUDA
+ * rank whose kernels reach peers through the proxy (another host, a host
+ * rank, FLAGCX_IPC_DISABLE=1) needs memory the GPU maps
+ * (cudaHostAlloc(..., cudaHostAllocMapped | cudaHostAllocPortable)) for
+ * its DevMems; zero: device memory every peer maps by CUDA IPC
+ * (flagcxMemAlloc).  Host ranks: always nonzero. */
+static inline int flagcxDevCommUsesHostMemory(const void *devComm) {
+  return ((const struct flagcxDevCommView *)devComm)->queue != NULL;
+}
 
 /* ---- The unified calls ---- */
 
