@@ -73,7 +73,8 @@ static int runRank(int rank, int n, flagcxUniqueId *id, size_t bytes, int iters)
   flagcxDevMem_t dm;
   CHECK(flagcxDevCommCreate(comm, &req, &dc));
   /* Peers through the proxy: the window is host memory the GPU maps. */
-  int hostMem = flagcxDevCommUsesHostMemory(dc);
+  int hostMem = 0;
+  CHECK(flagcxDevCommUsesHostMemory(dc, &hostMem));
   void *win = NULL;
   float *out = NULL;
   if (hostMem) {

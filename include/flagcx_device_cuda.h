@@ -88,6 +88,20 @@ __device__ inline bool inRange(const View *v, const char *fn, uint64_t off, uint
   return true;
 }
 
+/* Direct path: the peer's part must be mapped here (a host-memory DevMem
+ * is for device communicators via the proxy). */
+__device__ inline bool mappedOk(const View *v, const char *fn, const char *p, int w) {
+#ifdef FLAGCX_DEVICE_CHECKS
+  if (!p) {
+    bad(v, fn, "peer's memory not mapped here, host memory? (peer, 0):", (unsigned long long)w, 0);
+    return false;
+  }
+#else
+  (void)v, (void)fn, (void)p, (void)w;
+#endif
+  return true;
+}
+
 /* World rank of team member `peer`, -1 when out of the team (checked builds). */
 __device__ inline int worldOf(const View *v, flagcxDevTeamKind_t team, int peer, const char *fn) {
 #ifdef FLAGCX_DEVICE_CHECKS
@@ -189,6 +203,7 @@ __device__ inline void put(const PutArgs &a, const char *fn) {
     coopSync(a.coop);
     return;
   }
+  if (!mappedOk(v, fn, d->peerBase[w], w)) return;
   coopCopy(d->peerBase[w] + a.dstOff, s->base + a.srcOff, a.bytes, coopOf(a.coop));
   __threadfence_system();
   coopSync(a.coop);
@@ -206,7 +221,9 @@ __device__ inline void putValue(const void *comm, const void *dst, size_t dstOff
   const View *v = (const View *)comm;
   const Mem *d = (const Mem *)dst;
   int w = worldOf(v, team, peer, "flagcxDevPutValue");
-  if (w < 0 || !inRange(v, "flagcxDevPutValue", dstOff, 8, d->peerSize[w])) return;
+  if (w < 0 || !inRange(v, "flagcxDevPutValue", dstOff, 8, d->peerSize[w]) ||
+      (!v->queue && !mappedOk(v, "flagcxDevPutValue", d->peerBase[w], w)))
+    return;
   coopSync(coop);
   if (coopOf(coop).rank == 0 && v->queue) {
     flagcxDevDesc x = desc(flagcxDevOpValue, w);

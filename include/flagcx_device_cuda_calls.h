@@ -60,6 +60,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevGet(
     flagcx_dev::coopSync(coopKind);
     return;
   }
+  if (!flagcx_dev::mappedOk(v, "flagcxDevGet", s->peerBase[w], w)) return;
   __threadfence_system();
   flagcx_dev::coopCopy(d->base + dstOffset, s->peerBase[w] + srcOffset, bytes,
                        flagcx_dev::coopOf(coopKind));

@@ -165,17 +165,6 @@ struct flagcxDevMemView {
   const uint64_t *peerSize; /* [world rank]: its part's size */
 };
 
-/* Host code: nonzero when the memory that kernels name through the device
- * communicator `devComm` (a flagcxDevComm_t) must be host memory: a CUDA
- * rank whose kernels reach peers through the proxy (another host, a host
- * rank, FLAGCX_IPC_DISABLE=1) needs memory the GPU maps
- * (cudaHostAlloc(..., cudaHostAllocMapped | cudaHostAllocPortable)) for
- * its DevMems; zero: device memory every peer maps by CUDA IPC
- * (flagcxMemAlloc).  Host ranks: always nonzero. */
-static inline int flagcxDevCommUsesHostMemory(const void *devComm) {
-  return ((const struct flagcxDevCommView *)devComm)->queue != NULL;
-}
-
 /* ---- The unified calls ---- */
 
 /* Put (U1): bytes from src+srcOffset here to dst+dstOffset at `peer` (a rank

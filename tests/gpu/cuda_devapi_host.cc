@@ -38,7 +38,9 @@ int devapiOpen(DevapiRank *r, flagcxUniqueId *id) {
   req.interCounterCount = 2;
   req.intraBarrierCount = req.interBarrierCount = req.barrierCount = 2;
   TRY(flagcxDevCommCreate(r->comm, &req, &r->dc));
-  r->hostMem = flagcxDevCommUsesHostMemory(r->dc) != 0;
+  int hostMem = 0;
+  TRY(flagcxDevCommUsesHostMemory(r->dc, &hostMem));
+  r->hostMem = hostMem != 0;
   if (r->cuda && r->hostMem) {
     if (cudaHostAlloc(&r->win, devapi::kWin, cudaHostAllocMapped | cudaHostAllocPortable) !=
         cudaSuccess)

@@ -127,7 +127,8 @@ int body(int rank, int n, flagcxUniqueId *id, bool shm) {
   CHECK_OR(flagcxDevMemCreate(cs.comm, buf, kWin, win, &dm) == flagcxSuccess, 6);
   const flagcxDevCommView *v = reinterpret_cast<const flagcxDevCommView *>(dc);
   uint32_t memId = reinterpret_cast<const flagcxDevMemView *>(dm)->id;
-  CHECK_OR(flagcxDevCommUsesHostMemory(dc) && v->queue, 7);
+  int hostMem = 0;
+  CHECK_OR(flagcxDevCommUsesHostMemory(dc, &hostMem) == flagcxSuccess && hostMem && v->queue, 7);
   std::vector<std::thread> producers;
   for (int k = 0; k < kProducers; k++)
     producers.emplace_back(produce, v->queue, buf, memId, rank, n, k);
