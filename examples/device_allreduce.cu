@@ -8,15 +8,21 @@
  * Written to the installed headers only:
  *   nvcc -std=c++17 -arch=sm_90 device_allreduce.cu $(pkg-config --cflags --libs flagcx)
  * Usage: device_allreduce [nranks 2..8] [bytes] [iterations]; forks the ranks,
- * which share GPU rank % device count (CUDA IPC between them).  Prints the
- * mean time per allreduce (one kernel, launched and waited for) and exits 0
- * when every element is right; 77 without a GPU. */
+ * which share GPU rank % device count (CUDA IPC between them; with
+ * FLAGCX_IPC_DISABLE=1 through the proxy).  device_allreduce --rank R
+ * [nranks] [bytes] [iterations]: one rank of a job started elsewhere
+ * (FLAGCX_COMM_ID names it; ranks on other hosts reach each other through
+ * the proxy).  The window is device memory, or host memory the GPU maps
+ * where flagcxDevCommUsesHostMemory says so.  Prints the mean time per
+ * allreduce (one kernel, launched and waited for) and exits 0 when every
+ * element is right; 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <flagcx.h>
 #include <flagcx_device_unified.h>
 #include <flagcx_kernel.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fork_ranks.h"
 #define THREADS 512
@@ -61,21 +67,29 @@ static int runRank(int rank, int n, flagcxUniqueId *id, size_t bytes, int iters)
   flagcxComm_t comm;
   CHECK(flagcxCommInitRank(&comm, n, id, rank));
   size_t count = bytes / sizeof(float), winBytes = (2 * (size_t)n + 1) * count * sizeof(float);
-  void *win = NULL;
-  float *out = NULL;
-  CHECK(flagcxMemAlloc(&win, winBytes, flagcxMemCCL));
-  cudaMalloc((void **)&out, count * sizeof(float));
-  float *host = (float *)malloc(count * sizeof(float));
-  for (size_t i = 0; i < count; i++) host[i] = input(rank, i);
-  cudaMemcpy((char *)win + 2 * (size_t)n * count * sizeof(float), host, count * sizeof(float),
-             cudaMemcpyHostToDevice);
-  flagcxWindow_t w;
-  CHECK(flagcxCommWindowRegister(comm, win, winBytes, &w, FLAGCX_WIN_COLL_SYMMETRIC, flagcxMemCCL));
   flagcxDevCommRequirements req = FLAGCX_DEV_COMM_REQUIREMENTS_INITIALIZER;
   req.interSignalCount = 1;
   flagcxDevComm_t dc;
   flagcxDevMem_t dm;
   CHECK(flagcxDevCommCreate(comm, &req, &dc));
+  /* Peers through the proxy: the window is host memory the GPU maps. */
+  int hostMem = 0;
+  CHECK(flagcxDevCommUsesHostMemory(dc, &hostMem));
+  void *win = NULL;
+  float *out = NULL;
+  if (hostMem) {
+    if (cudaHostAlloc(&win, winBytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess)
+      return 1;
+  } else {
+    CHECK(flagcxMemAlloc(&win, winBytes, flagcxMemCCL));
+  }
+  cudaMalloc((void **)&out, count * sizeof(float));
+  float *host = (float *)malloc(count * sizeof(float));
+  for (size_t i = 0; i < count; i++) host[i] = input(rank, i);
+  cudaMemcpy((char *)win + 2 * (size_t)n * count * sizeof(float), host, count * sizeof(float),
+             cudaMemcpyDefault);
+  flagcxWindow_t w;
+  CHECK(flagcxCommWindowRegister(comm, win, winBytes, &w, FLAGCX_WIN_COLL_SYMMETRIC, flagcxMemCCL));
   CHECK(flagcxDevMemCreate(comm, win, winBytes, w, &dm));
   void *dcPtr, *dmPtr;
   CHECK(flagcxDevCommGetDevicePtr(dc, &dcPtr));
@@ -104,13 +118,14 @@ static int runRank(int rank, int n, flagcxUniqueId *id, size_t bytes, int iters)
     }
   }
   if (rank == 0 && !bad)
-    printf("device_allreduce: %d ranks, %zu bytes: %.2f us per allreduce (%d iterations)\n", n,
-           bytes, 1000.0 * ms / iters, iters);
+    printf("device_allreduce: %d ranks, %zu bytes, %s: %.2f us per allreduce (%d iterations)\n",
+           n, bytes, hostMem ? "through the proxy" : "CUDA IPC", 1000.0 * ms / iters, iters);
   CHECK(flagcxDevMemDestroy(comm, dm));
   CHECK(flagcxDevCommDestroy(comm, dc));
   CHECK(flagcxCommWindowDeregister(comm, w));
   CHECK(flagcxCommDestroy(comm));
-  CHECK(flagcxMemFree(win, flagcxMemCCL));
+  if (hostMem) cudaFreeHost(win);
+  else CHECK(flagcxMemFree(win, flagcxMemCCL));
   cudaFree(out);
   free(host);
   return bad;
@@ -127,6 +142,8 @@ static int rankMain(int rank, int n, flagcxUniqueId *id, void *arg) {
 }
 
 int main(int argc, char **argv) {
+  int one = argc > 2 && strcmp(argv[1], "--rank") == 0, rank = one ? atoi(argv[2]) : 0;
+  if (one) argv += 2, argc -= 2; /* the rest as without --rank */
   int n = argc > 1 ? atoi(argv[1]) : 2;
   struct Args a = {argc > 2 ? (size_t)atoll(argv[2]) : 4096, argc > 3 ? atoi(argv[3]) : 1000};
   if (n < 2 || n > FORK_RANKS_MAX || a.bytes < sizeof(float) || a.iters < 1) {
@@ -136,5 +153,10 @@ int main(int argc, char **argv) {
   /* The engine runs the communicator: a vendor pass-through (NCCL) has no
    * one-sided state, which device communicators are made of. */
   setenv("FLAGCX_USE_HETERO_COMM", "1", 0);
+  if (one) {
+    flagcxUniqueId id;
+    if (rank < 0 || rank >= n || flagcxGetUniqueId(&id) != flagcxSuccess) return 2;
+    return runRank(rank, n, &id, a.bytes, a.iters);
+  }
   return forkRanks(n, rankMain, &a);
 }

@@ -2,11 +2,21 @@
  * flagcx_device_unified.h as __device__ inline functions (included from there
  * under nvcc; do not include directly).
  *
- * Every peer of a CUDA device communicator is mapped (CUDA IPC, one host;
- * flagcxDevCommCreate refuses otherwise): data moves by stores and loads of
- * the cooperative group, signals and barriers are system-scope atomics on the
- * peers' words, counters on this rank's.  The data of a put is fenced
- * (__threadfence_system) before its signal.  FLAGCX_COOP_THREAD, _WARP and
+ * Two paths, one per device communicator (flagcxDevCommCreate picks it):
+ *  - every peer mapped by CUDA IPC (one host, all ranks CUDA): data moves by
+ *    stores and loads of the cooperative group, signals and barriers are
+ *    system-scope atomics on the peers' words, counters on this rank's; the
+ *    data of a put is fenced (__threadfence_system) before its signal;
+ *  - via the proxy (view->queue set: another host, a host rank, IPC off):
+ *    one member of the group writes one descriptor per put, get, value or
+ *    signal into the ring in host memory the GPU maps (ticket from a device
+ *    word, slot free when seq == ticket, fields, system fence, seq = ticket
+ *    + 1) after the group's writes are fenced; a flagcx thread carries them
+ *    out in order through the one-sided engine, the data acknowledged before
+ *    the signal, and bumps the counters.  This rank's signal words and
+ *    counters are host memory the GPU maps, where the engine lands what
+ *    peers send; waits poll them.  Flush waits until the proxy has finished
+ *    every ticket taken so far.  FLAGCX_COOP_THREAD, _WARP and
  * _BLOCK are groups of 1, 32 (every lane calls) and the whole block;
  * _TILE_SPAN and _LANES act as _THREAD.  With FLAGCX_DEVICE_CHECKS defined
  * (pkg-config adds it to a -Ddevice_checks=true build) every range is checked
@@ -15,6 +25,7 @@
 #define FLAGCX_DEVICE_CUDA_H_
 
 #include <cuda/atomic>
+#include <stddef.h>
 #include <stdio.h>
 
 namespace flagcx_dev {
@@ -77,6 +88,20 @@ __device__ inline bool inRange(const View *v, const char *fn, uint64_t off, uint
   return true;
 }
 
+/* Direct path: the peer's part must be mapped here (a host-memory DevMem
+ * is for device communicators via the proxy). */
+__device__ inline bool mappedOk(const View *v, const char *fn, const char *p, int w) {
+#ifdef FLAGCX_DEVICE_CHECKS
+  if (!p) {
+    bad(v, fn, "peer's memory not mapped here, host memory? (peer, 0):", (unsigned long long)w, 0);
+    return false;
+  }
+#else
+  (void)v, (void)fn, (void)p, (void)w;
+#endif
+  return true;
+}
+
 /* World rank of team member `peer`, -1 when out of the team (checked builds). */
 __device__ inline int worldOf(const View *v, flagcxDevTeamKind_t team, int peer, const char *fn) {
 #ifdef FLAGCX_DEVICE_CHECKS
@@ -91,7 +116,40 @@ __device__ inline int worldOf(const View *v, flagcxDevTeamKind_t team, int peer,
   return v->teamWorld[team][peer];
 }
 
+/* Via the proxy: one descriptor into the ring (one thread; the caller
+ * fenced what the descriptor's data must carry). */
+__device__ inline void enqueue(const View *v, const flagcxDevDesc &d) {
+  flagcxDevQueue *q = v->queue;
+  uint64_t t = atomicAdd(reinterpret_cast<unsigned long long *>(v->tickets), 1ull);
+  flagcxDevDesc *s = &q->slot[t & (q->capacity - 1)];
+  unsigned ns = 32;
+  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t) { /* the ring is full */
+    __nanosleep(ns);
+    if (ns < 1024) ns *= 2;
+  }
+  volatile uint64_t *to = reinterpret_cast<volatile uint64_t *>(s);
+  const uint64_t *from = reinterpret_cast<const uint64_t *>(&d);
+  for (size_t i = 0; i < offsetof(flagcxDevDesc, seq) / 8; i++) to[i] = from[i];
+  __threadfence_system();
+  SysAtomic(s->seq).store(t + 1, cuda::memory_order_release);
+}
+
+__device__ inline flagcxDevDesc desc(uint32_t op, int w) {
+  flagcxDevDesc d = {};
+  d.op = op;
+  d.peer = w;
+  d.signal = d.counter = FLAGCX_DEV_NONE;
+  return d;
+}
+
 __device__ inline void signalRow(const View *v, int w, uint32_t row, uint64_t add) {
+  if (v->queue) {
+    flagcxDevDesc d = desc(flagcxDevOpSignal, w);
+    d.signal = row;
+    d.add = add;
+    enqueue(v, d);
+    return;
+  }
   uint64_t *words = v->peerWords[w];
   size_t at = (size_t)row * (size_t)v->nRanks + (size_t)v->rank;
   SysAtomic(words[at]).fetch_add(add, cuda::memory_order_release);
@@ -133,6 +191,19 @@ __device__ inline void put(const PutArgs &a, const char *fn) {
   if (w < 0 || !inRange(v, fn, a.dstOff, a.bytes, d->peerSize[w]) ||
       !inRange(v, fn, a.srcOff, a.bytes, s->size))
     return;
+  if (v->queue) {
+    __threadfence_system();  /* the group's writes to the source, before the proxy reads it */
+    coopSync(a.coop);
+    if (coopOf(a.coop).rank == 0) {
+      flagcxDevDesc x = desc(flagcxDevOpPut, w);
+      x.dstMem = d->id, x.srcMem = s->id, x.dstOff = a.dstOff, x.srcOff = a.srcOff;
+      x.bytes = a.bytes, x.signal = a.signal, x.add = a.add, x.counter = a.counter;
+      enqueue(v, x);
+    }
+    coopSync(a.coop);
+    return;
+  }
+  if (!mappedOk(v, fn, d->peerBase[w], w)) return;
   coopCopy(d->peerBase[w] + a.dstOff, s->base + a.srcOff, a.bytes, coopOf(a.coop));
   __threadfence_system();
   coopSync(a.coop);
@@ -150,9 +221,15 @@ __device__ inline void putValue(const void *comm, const void *dst, size_t dstOff
   const View *v = (const View *)comm;
   const Mem *d = (const Mem *)dst;
   int w = worldOf(v, team, peer, "flagcxDevPutValue");
-  if (w < 0 || !inRange(v, "flagcxDevPutValue", dstOff, 8, d->peerSize[w])) return;
+  if (w < 0 || !inRange(v, "flagcxDevPutValue", dstOff, 8, d->peerSize[w]) ||
+      (!v->queue && !mappedOk(v, "flagcxDevPutValue", d->peerBase[w], w)))
+    return;
   coopSync(coop);
-  if (coopOf(coop).rank == 0) {
+  if (coopOf(coop).rank == 0 && v->queue) {
+    flagcxDevDesc x = desc(flagcxDevOpValue, w);
+    x.dstMem = d->id, x.dstOff = dstOff, x.value = value, x.signal = signal, x.add = add;
+    enqueue(v, x);
+  } else if (coopOf(coop).rank == 0) {
     SysAtomic(*reinterpret_cast<uint64_t *>(d->peerBase[w] + dstOff))
         .store(value, cuda::memory_order_release);
     if (signal != FLAGCX_DEV_NONE) signalRow(v, w, signal, add);

@@ -49,6 +49,18 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevGet(
   if (w < 0 || !flagcx_dev::inRange(v, "flagcxDevGet", srcOffset, bytes, s->peerSize[w]) ||
       !flagcx_dev::inRange(v, "flagcxDevGet", dstOffset, bytes, d->size))
     return;
+  if (v->queue) { /* complete after flagcxDevFlush */
+    flagcx_dev::coopSync(coopKind);
+    if (flagcx_dev::coopOf(coopKind).rank == 0) {
+      flagcxDevDesc x = flagcx_dev::desc(flagcxDevOpGet, w);
+      x.dstMem = d->id, x.srcMem = s->id, x.dstOff = dstOffset, x.srcOff = srcOffset;
+      x.bytes = bytes;
+      flagcx_dev::enqueue(v, x);
+    }
+    flagcx_dev::coopSync(coopKind);
+    return;
+  }
+  if (!flagcx_dev::mappedOk(v, "flagcxDevGet", s->peerBase[w], w)) return;
   __threadfence_system();
   flagcx_dev::coopCopy(d->base + dstOffset, s->peerBase[w] + srcOffset, bytes,
                        flagcx_dev::coopOf(coopKind));
@@ -129,10 +141,17 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevWaitCounter(
   flagcx_dev::coopSync(coopKind);
 }
 
-/* Every peer is mapped: a put is complete when its stores are fenced. */
+/* Mapped peers: a put is complete when its stores are fenced.  Via the
+ * proxy: once the proxy finished every ticket taken so far. */
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevFlush(
-    const void *, flagcxDevContext_t, flagcxDevCoopKind_t coopKind, flagcxDevMemoryOrder_t) {
+    const void *comm, flagcxDevContext_t, flagcxDevCoopKind_t coopKind, flagcxDevMemoryOrder_t) {
+  const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   __threadfence_system();
+  flagcx_dev::coopSync(coopKind);
+  if (v->queue && flagcx_dev::coopOf(coopKind).rank == 0) {
+    uint64_t upTo = flagcx_dev::SysAtomic(*v->tickets).load(cuda::memory_order_acquire);
+    flagcx_dev::spinUntil(&v->queue->done, upTo, 0, 64);
+  }
   flagcx_dev::coopSync(coopKind);
 }
 

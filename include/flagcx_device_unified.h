@@ -117,8 +117,13 @@ struct flagcxDevDesc {
   uint64_t seq;
 };
 
-/* The descriptor ring: producers take tickets from `head`; the proxy
- * consumes in ticket order and counts finished descriptors in `done`. */
+/* The descriptor ring: producers take tickets from `head` (CUDA kernels
+ * from the view's `tickets` word in device memory instead, the ring being
+ * host memory the GPU maps); the slot of ticket t is slot[t % capacity],
+ * free when its seq == t.  A producer waits for that, writes the descriptor,
+ * fences (system scope) and stores seq = t + 1.  The proxy consumes in
+ * ticket order, frees the slot (seq = t + capacity) and counts finished
+ * descriptors in `done`. */
 struct flagcxDevQueue {
   uint64_t head;
   uint64_t pad0[7];
@@ -146,7 +151,7 @@ struct flagcxDevCommView {
   uint64_t *epoch;               /* [barrier rows]: arrivals of this rank */
   struct flagcxDevQueue *queue;  /* to the proxy thread */
   int32_t *error;                /* the first bad use or failure (flagcxResult_t), sticky */
-  int32_t reserved[2];
+  uint64_t *tickets; /* CUDA kernels via the proxy: the ring's next ticket (device memory) */
 };
 
 struct flagcxDevMemView {

@@ -174,6 +174,13 @@ flagcxResult_t flagcxDevCommFreeDevicePtr(flagcxDevComm_t devComm);
 flagcxResult_t flagcxDevMemGetDevicePtr(flagcxDevMem_t devMem, void **devPtr);
 flagcxResult_t flagcxDevMemFreeDevicePtr(flagcxDevMem_t devMem);
 flagcxResult_t flagcxCommCleanup(flagcxComm_t comm);
+/* flagcx extension: *hostMemory = 1 when the memory kernels name through
+ * devComm (its DevMems) must be host memory the GPU maps - a CUDA rank
+ * whose kernels reach peers through the proxy (another host, a host rank,
+ * FLAGCX_IPC_DISABLE=1): cudaHostAlloc(..., cudaHostAllocMapped |
+ * cudaHostAllocPortable) - and on host ranks; 0 when it is device memory
+ * that every peer maps by CUDA IPC (flagcxMemAlloc). */
+flagcxResult_t flagcxDevCommUsesHostMemory(flagcxDevComm_t devComm, int *hostMemory);
 
 #ifdef __cplusplus
 } /* extern "C" */

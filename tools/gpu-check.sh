@@ -118,6 +118,13 @@ if [ "$TESTS" = 1 ]; then
   # each other: MPS, or the driver's time-slicing).
   run_test cuda-devapi-2 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2
   run_test cuda-devapi-4 timeout 300 "$B/tests/gpu/cuda_devapi_test" 4
+  # The proxy path from kernels: IPC off (every call through the proxy, the
+  # windows in host memory the GPU maps), a host rank beside a CUDA rank,
+  # and two netns "hosts" (the proxy over sockets).
+  run_test cuda-devapi-noipc-2 env FLAGCX_IPC_DISABLE=1 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2
+  run_test cuda-devapi-mixed-2 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2 mixed
+  run_test cuda-devapi-netns-2 timeout 300 tests/netns/two_hosts.sh "$B/tests/gpu/cuda_devapi_test" --rank
+  run_test device-allreduce-noipc-2 env FLAGCX_IPC_DISABLE=1 timeout 300 "$B/tests/gpu/device_allreduce" 2 4096 200
 fi
 if [ "$BENCH" = 1 ]; then
   run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"

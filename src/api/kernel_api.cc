@@ -61,6 +61,15 @@ flagcxResult_t flagcxDevCommGetDevicePtr(flagcxDevComm_t devComm, void **devPtr)
   return flagcxSuccess;
 }
 
+flagcxResult_t flagcxDevCommUsesHostMemory(flagcxDevComm_t devComm, int *hostMemory) {
+  if (hostMemory) *hostMemory = 0;
+  if (!hostMemory || !devCommLive(devComm))
+    return argError(flagcxInvalidArgument, kInit, "%s: %s", __func__,
+                    hostMemory ? "devComm is not a live device communicator" : "hostMemory is NULL");
+  *hostMemory = devComm->view.queue != nullptr;  // CUDA ranks: only via the proxy
+  return flagcxSuccess;
+}
+
 flagcxResult_t flagcxDevCommFreeDevicePtr(flagcxDevComm_t devComm) {
   if (!devCommLive(devComm))
     return argError(flagcxInvalidArgument, kInit, "%s: devComm is not a live device communicator",

@@ -94,6 +94,7 @@ flagcxResult_t layout(flagcxComm *comm, flagcxDevCommInternal *dc) {
   dc->blockBytes = std::max<size_t>(nr * n * sizeof(uint64_t), 64);
   size_t ns = static_cast<size_t>(v.nSignals), nc = static_cast<size_t>(v.nCounters);
   dc->local.assign(2 * ns + nc + nr + 1, 0);
+  dc->sent.assign(nr * n, 0);
   if (dc->cuda) return cudaLayout(dc);
   FLAGCX_CHECK(host::memAlloc(&dc->block, dc->blockBytes, flagcxMemDevice));
   memset(dc->block, 0, dc->blockBytes);
@@ -102,27 +103,38 @@ flagcxResult_t layout(flagcxComm *comm, flagcxDevCommInternal *dc) {
   v.shadow = v.signalBase + ns;
   v.counters = v.shadow + ns;
   v.epoch = v.counters + nc;
-  dc->sent.assign(nr * n, 0);
-  size_t qBytes = sizeof(flagcxDevQueue) + (kQueueSlots - 1) * sizeof(flagcxDevDesc);
-  FLAGCX_CHECK(host::memAlloc(&dc->queueMem, qBytes, flagcxMemHost));
-  memset(dc->queueMem, 0, qBytes);
-  v.queue = static_cast<flagcxDevQueue *>(dc->queueMem);
-  v.queue->capacity = kQueueSlots;
-  for (uint64_t i = 0; i < kQueueSlots; i++) v.queue->slot[i].seq = i;
+  FLAGCX_CHECK(host::memAlloc(&dc->queueMem, devQueueBytes(), flagcxMemHost));
+  memset(dc->queueMem, 0, devQueueBytes());
+  v.queue = devQueueInit(dc->queueMem);
   v.error = &dc->errorWord;
   return flagcxSuccess;
 }
 
 void freeMemory(flagcxDevCommInternal *dc) {
   if (dc->cuda) {
-    cudaRelease(dc->comm, &dc->dev);
-    dc->block = nullptr;
+    cudaRelease(dc->comm, &dc->dev);  // the block and queue among them
+    dc->block = dc->queueMem = nullptr;
     return;
   }
   if (dc->block) host::memFree(dc->block);
   if (dc->queueMem) host::memFree(dc->queueMem);
   dc->block = dc->queueMem = nullptr;
 }
+
+}  // namespace
+
+size_t devQueueBytes() {
+  return sizeof(flagcxDevQueue) + (kQueueSlots - 1) * sizeof(flagcxDevDesc);
+}
+
+flagcxDevQueue *devQueueInit(void *mem) {
+  flagcxDevQueue *q = static_cast<flagcxDevQueue *>(mem);
+  q->capacity = kQueueSlots;
+  for (uint64_t i = 0; i < kQueueSlots; i++) q->slot[i].seq = i;
+  return q;
+}
+
+namespace {
 
 flagcxResult_t oneSided(flagcxComm *comm, bool create, OneSided **os) {
   std::lock_guard<std::mutex> g(comm->osMu);
@@ -136,18 +148,21 @@ flagcxResult_t oneSided(flagcxComm *comm, bool create, OneSided **os) {
 flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &reqs,
                              flagcxDevCommInternal **out) {
   // The same verdict everywhere: the requirements and device kinds travel
-  // first.  CUDA ranks need every peer mapped (one host, every rank CUDA).
+  // first, and whether CUDA kernels may map every peer (one host, every
+  // rank CUDA, IPC on) or go through the proxy.
   struct Rec {
     flagcxDevCommRequirements reqs;
     int32_t kind;
+    int32_t ipc;  // a CUDA rank whose device memory same-host peers may map
   };
   std::vector<Rec> all(static_cast<size_t>(comm->nranks));
   Rec mine{};
   memcpy(&mine.reqs, &reqs, sizeof(reqs));
   mine.kind = static_cast<int32_t>(comm->dev->kind());
+  mine.ipc = comm->dev->ipcSupported() && paramInt(Param::IPC_DISABLE) == 0;
   all[static_cast<size_t>(comm->rank)] = mine;
   FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(Rec)));
-  bool anyCuda = false, mixed = false;
+  bool anyCuda = false, mixed = false, noIpc = false;
   for (int r = 0; r < comm->nranks; r++) {
     const Rec &x = all[static_cast<size_t>(r)];
     if (memcmp(&x.reqs, &reqs, sizeof(reqs)) != 0)
@@ -155,18 +170,18 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
                       "requirements than this rank %d (they must be equal)", r, comm->rank);
     anyCuda = anyCuda || x.kind == static_cast<int32_t>(DeviceKind::Cuda);
     mixed = mixed || x.kind != all[0].kind;
+    noIpc = noIpc || !x.ipc;
   }
   FLAGCX_CHECK(checkReqs(reqs));
-  if (anyCuda && (mixed || comm->nNodes > 1))
-    return argError(flagcxNotSupported, kInit, "flagcxDevCommCreate: CUDA ranks need every peer "
-                    "mapped by CUDA IPC: %s (docs/DEVICE-API.md)",
-                    mixed ? "host and CUDA ranks are mixed" : "the ranks span several hosts");
   OneSided *os = nullptr;
   FLAGCX_CHECK(oneSided(comm, true, &os));
   auto dc = std::make_unique<flagcxDevCommInternal>();
   dc->comm = comm;
   dc->reqs = reqs;
   dc->cuda = comm->dev->kind() == DeviceKind::Cuda;
+  // CUDA kernels go direct only when every pair of ranks is mapped by CUDA
+  // IPC; otherwise every call of theirs goes through the proxy.
+  dc->viaProxy = dc->cuda && (mixed || noIpc || comm->nNodes > 1);
   makeTeams(comm, dc.get());
   flagcxResult_t rc = layout(comm, dc.get());
   if (rc == flagcxSuccess) rc = os->windowRegister(dc->block, dc->blockBytes, 0, &dc->blockWin);
@@ -182,7 +197,7 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
     freeMemory(dc.get());
     return rc;
   }
-  if (!dc->cuda) proxyStart(dc.get());
+  if (!dc->cuda || dc->viaProxy) proxyStart(dc.get());
   {
     std::lock_guard<std::mutex> g(g_mu);
     g_handles[comm].comms.push_back(dc.get());
@@ -190,9 +205,10 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
   int mapped = 0;
   for (auto *p : dc->peerWords) mapped += p != nullptr;
   INFO(kInit, "rank %d: device communicator: %d signal(s), %d counter(s), barriers %d/%d/%d "
-       "(intra/inter/world), %d of %d ranks' words mapped, the others through the proxy",
+       "(intra/inter/world), %d of %d ranks' words mapped, the others through the proxy%s",
        comm->rank, dc->view.nSignals, dc->view.nCounters, reqs.intraBarrierCount,
-       reqs.interBarrierCount, reqs.barrierCount, mapped, comm->nranks);
+       reqs.interBarrierCount, reqs.barrierCount, mapped, comm->nranks,
+       dc->viaProxy ? " (CUDA kernels: every call through the proxy)" : "");
   *out = dc.release();
   return flagcxSuccess;
 }
@@ -208,7 +224,8 @@ flagcxResult_t devCommDestroy(flagcxDevCommInternal *dc) {
   OneSided *os = nullptr;
   FLAGCX_CHECK(oneSided(comm, false, &os));
   flagcxResult_t rc = os ? os->windowDeregister(dc->blockWin) : flagcxSuccess;
-  int32_t err = dc->cuda ? cudaError(dc) : dc->errorWord;
+  int32_t err = dc->cuda ? cudaError(dc) : flagcxSuccess;
+  if (err == flagcxSuccess) err = dc->errorWord;  // the proxy's (and host ranks' calls')
   freeMemory(dc);
   if (rc == flagcxSuccess && err != flagcxSuccess) rc = static_cast<flagcxResult_t>(err);
   dc->view.magic = 0;

@@ -24,6 +24,7 @@ struct flagcxComm;
 // points to (devcomm_cuda.cc).
 struct flagcxDevCopies {
   std::vector<void *> allocs;
+  std::vector<void *> hostAllocs;  // host memory the GPU maps (the proxy's side)
   void *view = nullptr;  // the device copy of the view (one of allocs)
 };
 
@@ -40,7 +41,11 @@ struct flagcxDevMemInternal {
 struct flagcxDevCommInternal {
   flagcxDevCommView view{};  // first: the handle is also what host ranks' calls read
   flagcxComm *comm = nullptr;
-  bool cuda = false;         // the words live in device memory; kernels read dev.view
+  bool cuda = false;         // kernels read dev.view
+  // A CUDA rank whose kernels queue every call for the proxy (some pair of
+  // ranks is not mapped by CUDA IPC): the block, counters and queue are host
+  // memory the GPU maps (devcomm_cuda.cc).
+  bool viaProxy = false;
   flagcxDevCopies dev;
   flagcxDevCommRequirements reqs{};
   std::vector<int32_t> team[3];
@@ -82,13 +87,20 @@ flagcxResult_t devCleanup(flagcxComm *comm);
 void devForget(flagcxComm *comm);
 
 // CUDA ranks (devcomm_cuda.cc): the words and private slots in device
-// memory; after the block's registration, the check that every peer is
-// mapped and the device copy of the view; the same for a DevMem.
+// memory (host memory the GPU maps for the counters, block and queue of a
+// device communicator on the proxy); after the block's registration, the
+// check that every peer is mapped (all by CUDA IPC, or none used by kernels)
+// and the device copy of the view; the same for a DevMem.
 flagcxResult_t cudaLayout(flagcxDevCommInternal *dc);
 flagcxResult_t cudaPublish(flagcxDevCommInternal *dc);
 flagcxResult_t cudaMemPublish(flagcxDevMemInternal *dm);
 void cudaRelease(flagcxComm *comm, flagcxDevCopies *c);
 int32_t cudaError(flagcxDevCommInternal *dc);
+
+// The descriptor ring (flagcxDevQueue): its size in bytes, and its slots
+// made empty in `mem` (zeroed, that many bytes).
+size_t devQueueBytes();
+flagcxDevQueue *devQueueInit(void *mem);
 
 // The proxy (devcomm_proxy.cc).
 void proxyStart(flagcxDevCommInternal *dc);

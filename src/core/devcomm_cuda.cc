@@ -1,11 +1,20 @@
 // Device communicators of CUDA ranks, host side: the signal/barrier block,
 // the private slots (signal bases, shadows, counters, barrier epochs) and
-// the error word in device memory; the block registered as a one-sided
-// window, which maps every same-host peer's block by CUDA IPC; and device
+// the error word; the block registered as a one-sided window; and device
 // copies of the views and of the arrays they point to, which kernels read
-// (include/flagcx_device_cuda.h).  Every peer must be mapped: there is no
-// proxy path from CUDA kernels, so a peer on another host, or a DevMem that
-// some peer cannot map, is refused with flagcxNotSupported.
+// (include/flagcx_device_cuda.h).  Two layouts, chosen the same on every
+// rank by devCommCreate:
+//  - every pair of ranks mapped by CUDA IPC (one host, all CUDA, IPC on):
+//    everything in device memory, peers' blocks and DevMems mapped, kernels
+//    store and load directly;
+//  - otherwise (another host, a host rank, FLAGCX_IPC_DISABLE=1), "via the
+//    proxy": the block, the counters and the descriptor ring are host memory
+//    the GPU maps (cudaHostAlloc mapped, same address on both sides), so the
+//    one-sided engine lands remote signals where kernels poll, and the proxy
+//    thread drains what kernels queue and bumps the counters; kernels see no
+//    peer mapped, and DevMems must be host memory the GPU maps too (the
+//    engine reaches no device memory beyond CUDA IPC).
+#include <algorithm>
 #include <cstring>
 
 #include "base/base.h"
@@ -43,12 +52,21 @@ bool everyPeerMapped(const RegInfo &reg, int self) {
   return true;
 }
 
+// Zeroed host memory the GPU maps (its address is the same in kernels).
+flagcxResult_t hostMapped(flagcxComm *comm, flagcxDevCopies *c, size_t bytes, void **out) {
+  FLAGCX_CHECK(comm->dev->handle()->deviceMalloc(out, bytes, flagcxMemHost, nullptr));
+  c->hostAllocs.push_back(*out);
+  memset(*out, 0, bytes);
+  return flagcxSuccess;
+}
+
 }  // namespace
 
 flagcxResult_t cudaLayout(flagcxDevCommInternal *dc) {
   DeviceAdapter *dev = dc->comm->dev;
   flagcxDevCommView &v = dc->view;
-  FLAGCX_CHECK(devZero(dev, &dc->dev, dc->blockBytes, &dc->block));
+  if (dc->viaProxy) FLAGCX_CHECK(hostMapped(dc->comm, &dc->dev, dc->blockBytes, &dc->block));
+  else FLAGCX_CHECK(devZero(dev, &dc->dev, dc->blockBytes, &dc->block));
   v.words = static_cast<uint64_t *>(dc->block);
   size_t nLocal = dc->local.size();
   void *local = nullptr, *err = nullptr;
@@ -60,16 +78,24 @@ flagcxResult_t cudaLayout(flagcxDevCommInternal *dc) {
   v.shadow = base + ns;
   v.counters = base + 2 * ns;
   v.epoch = base + 2 * ns + nc;
+  v.tickets = base + nLocal - 1;  // the slot after the epochs
   v.error = static_cast<int32_t *>(err);
   v.queue = nullptr;
+  if (!dc->viaProxy) return flagcxSuccess;
+  // The proxy bumps the counters; the kernels queue into the ring.
+  void *ctr = nullptr;
+  FLAGCX_CHECK(hostMapped(dc->comm, &dc->dev, std::max<size_t>(nc, 1) * sizeof(uint64_t), &ctr));
+  v.counters = static_cast<uint64_t *>(ctr);
+  FLAGCX_CHECK(hostMapped(dc->comm, &dc->dev, devQueueBytes(), &dc->queueMem));
+  v.queue = devQueueInit(dc->queueMem);
   return flagcxSuccess;
 }
 
 flagcxResult_t cudaPublish(flagcxDevCommInternal *dc) {
-  if (!everyPeerMapped(dc->blockWin->reg, dc->comm->rank))
-    return argError(flagcxNotSupported, kInit, "flagcxDevCommCreate: rank %d: a CUDA device "
-                    "communicator needs every peer mapped through CUDA IPC (one host); the proxy "
-                    "path from CUDA kernels is not built", dc->comm->rank);
+  if (!dc->viaProxy && !everyPeerMapped(dc->blockWin->reg, dc->comm->rank))
+    return argError(flagcxNotSupported, kInit, "flagcxDevCommCreate: rank %d: a peer's block "
+                    "could not be mapped through CUDA IPC (FLAGCX_IPC_DISABLE=1 takes the proxy)",
+                    dc->comm->rank);
   DeviceAdapter *dev = dc->comm->dev;
   flagcxDevCommView d = dc->view;  // the kernels' copy: every pointer a device address
   for (int k = 0; k < 3; k++) {
@@ -77,8 +103,11 @@ flagcxResult_t cudaPublish(flagcxDevCommInternal *dc) {
     FLAGCX_CHECK(devCopy(dev, &dc->dev, dc->team[k].data(), dc->team[k].size(), &t));
     d.teamWorld[k] = t;
   }
+  // Via the proxy kernels map no peer: only the proxy uses dc->peerWords.
+  std::vector<uint64_t *> words = dc->peerWords;
+  if (dc->viaProxy) std::fill(words.begin(), words.end(), nullptr);
   uint64_t **pw = nullptr;
-  FLAGCX_CHECK(devCopy(dev, &dc->dev, dc->peerWords.data(), dc->peerWords.size(), &pw));
+  FLAGCX_CHECK(devCopy(dev, &dc->dev, words.data(), words.size(), &pw));
   d.peerWords = pw;
   flagcxDevCommView *dv = nullptr;
   FLAGCX_CHECK(devCopy(dev, &dc->dev, &d, 1, &dv));
@@ -88,15 +117,21 @@ flagcxResult_t cudaPublish(flagcxDevCommInternal *dc) {
 }
 
 flagcxResult_t cudaMemPublish(flagcxDevMemInternal *dm) {
-  if (!dm->reg.device || !everyPeerMapped(dm->reg, dm->comm->rank))
+  // Device memory: every peer maps it (CUDA IPC).  Host memory: for device
+  // communicators via the proxy; kernels reach only their own part.
+  bool host = !dm->reg.device;
+  if (!host && !everyPeerMapped(dm->reg, dm->comm->rank))
     return argError(flagcxNotSupported, kInit, "flagcxDevMemCreate: rank %d: a CUDA rank's "
                     "device memory handle needs device memory that every peer maps through "
-                    "CUDA IPC", dm->comm->rank);
+                    "CUDA IPC, or host memory the GPU maps (device communicators via the proxy)",
+                    dm->comm->rank);
   DeviceAdapter *dev = dm->comm->dev;
   flagcxDevMemView d = dm->view;
+  std::vector<char *> bases = dm->peerBase;
+  if (host) std::fill(bases.begin(), bases.end(), nullptr);
   char **pb = nullptr;
   uint64_t *ps = nullptr;
-  FLAGCX_CHECK(devCopy(dev, &dm->dev, dm->peerBase.data(), dm->peerBase.size(), &pb));
+  FLAGCX_CHECK(devCopy(dev, &dm->dev, bases.data(), bases.size(), &pb));
   FLAGCX_CHECK(devCopy(dev, &dm->dev, dm->peerSize.data(), dm->peerSize.size(), &ps));
   d.peerBase = pb;
   d.peerSize = ps;
@@ -115,7 +150,9 @@ int32_t cudaError(flagcxDevCommInternal *dc) {
 
 void cudaRelease(flagcxComm *comm, flagcxDevCopies *c) {
   for (void *p : c->allocs) comm->dev->freeDevice(p);
+  for (void *p : c->hostAllocs) comm->dev->handle()->deviceFree(p, flagcxMemHost, nullptr);
   c->allocs.clear();
+  c->hostAllocs.clear();
   c->view = nullptr;
 }
 

@@ -1,6 +1,8 @@
 // The device communicator's proxy thread: it takes the descriptors that the
 // unified calls queue for peers whose memory is not mapped here (another
-// host, shared memory off, a buffer that is not shareable) and carries each
+// host, shared memory off, a buffer that is not shareable), or that CUDA
+// kernels queue into host memory the GPU maps (every call of a device
+// communicator via the proxy, flagcx_device_cuda.h), and carries each
 // out through the one-sided engine, one at a time in queue order: the data
 // completes (acknowledged by the target) before the signal or counter that
 // follows it moves.  A failure is logged once, kept as the device
@@ -108,6 +110,11 @@ struct Proxy {
              rank);
         return flagcxInvalidUsage;
       }
+      if (dst->reg.device || src->reg.device) {
+        WARN(kP2P, "rank %d: device proxy: a descriptor names device memory, which the proxy "
+             "cannot reach (register host memory the GPU maps: flagcxDevCommUsesHostMemory)", rank);
+        return flagcxInvalidUsage;
+      }
     }
     flagcxResult_t rc = flagcxSuccess;
     switch (d.op) {
@@ -139,8 +146,10 @@ struct Proxy {
     while (!dc->abandon.load(std::memory_order_acquire)) {
       flagcxDevDesc &s = q->slot[t & mask];
       if (__atomic_load_n(&s.seq, __ATOMIC_ACQUIRE) != t + 1) {
+        // Stopping: host ranks may hold a ticket not yet written; kernels
+        // (tickets in device memory) have finished by then.
         if (dc->stop.load(std::memory_order_acquire) &&
-            __atomic_load_n(&q->head, __ATOMIC_ACQUIRE) == t)
+            (dc->viaProxy || __atomic_load_n(&q->head, __ATOMIC_ACQUIRE) == t))
           return;
         bo.idle();
         continue;

@@ -2,9 +2,12 @@
 # Two "hosts" on one machine: network namespaces joined by a veth pair (IPv6
 # ULA, nodad), each rank under `unshare -u` with its own hostname, so the
 # ranks see two hosts and must use the socket transport.
-# usage: two_hosts.sh PINGPONG_BINARY      (exit 77 = skipped, with the reason)
+# usage: two_hosts.sh BINARY [ARGS...]   each rank runs BINARY ARGS... RANK
+#        (exit 77 = skipped, with the reason)
 set -u
 bin=$1
+shift
+args="$*"
 tag=fx$$
 nsA=${tag}a nsB=${tag}b
 skip() { echo "SKIP: $*"; exit 77; }
@@ -27,9 +30,9 @@ FLAGCX_COMM_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 export FLAGCX_COMM_SECRET
 export FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=INIT
 logA=$(mktemp) logB=$(mktemp)
-ip netns exec "$nsA" unshare -u sh -c "hostname hosta-$tag; exec '$bin' 0" >"$logA" 2>&1 &
+ip netns exec "$nsA" unshare -u sh -c "hostname hosta-$tag; exec '$bin' $args 0" >"$logA" 2>&1 &
 pa=$!
-ip netns exec "$nsB" unshare -u sh -c "hostname hostb-$tag; exec '$bin' 1" >"$logB" 2>&1 &
+ip netns exec "$nsB" unshare -u sh -c "hostname hostb-$tag; exec '$bin' $args 1" >"$logB" 2>&1 &
 pb=$!
 ok=0
 wait $pa || ok=1
