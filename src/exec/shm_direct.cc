@@ -34,6 +34,12 @@
 // path's fixed cost there is its GPU hand-overs between the processes (a
 // synchronize per step, docs/GPU.md); this path has one.
 //
+// A staged rank (a CUDA rank without IPC, in a communicator of host and
+// device ranks) takes part on host memory: its adapter copies its input into
+// shareable host copies (stageIn / stageOut, kept and grown, so its peers'
+// mappings stay cached), the call works on those as on a host rank's
+// buffers, and its output goes back to the device once every rank is done.
+//
 // Reductions put the rank that owns the destination first (in place its
 // input is read before it is overwritten), then the others in rank order;
 // a deterministic call (CollItem::ordered) folds every rank's input in rank
@@ -213,7 +219,8 @@ struct DirectCall {
       for (int q = 0; q < n; q++)
         if (q != first && q != second) FLAGCX_CHECK(reduce2(dst + bo, dst + bo, src(q) + bo, c));
       if (a->redop == flagcxAvg)
-        FLAGCX_CHECK(dev->divide(dst + bo, dst + bo, c, a->dtype, static_cast<uint64_t>(n), nullptr));
+        FLAGCX_CHECK(onDevice ? dev->divide(dst + bo, dst + bo, c, a->dtype, static_cast<uint64_t>(n), nullptr)
+                              : hostDivide(dst + bo, dst + bo, c, a->dtype, static_cast<uint64_t>(n)));
     }
     return flagcxSuccess;
   }
@@ -374,12 +381,12 @@ flagcxResult_t directCopy(ExecState *s, const DirectCall &dc, uint64_t word, con
   }
 }
 
-}  // namespace
-
-flagcxResult_t ShmDirectPath::run(CollItem &ci) {
-  ExecState *s = s_;
+// One direct call.  `h` is `ci` with the buffers the call works on (a
+// staged rank's shareable host copies; `usable` false when it could not
+// have them); fallbacks run `ci`.  *took: the call went direct.
+flagcxResult_t directCall(ExecState *s, CollItem &ci, CollItem &h, bool usable, bool *took) {
   SmallShm *sm = s->block->shm.get();
-  const CollArgs &a = ci.a;
+  const CollArgs &a = h.a;
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
   const uint64_t word = ci.seq + 1;
@@ -390,7 +397,8 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   s->curTag = collTag(ci.seq, a.op, a.dtype, opIsRooted(a.op) ? a.root : 0, a.count, ci.ordered);
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-direct", a.count * ts, a.dtype,
                               opIsRooted(a.op) ? a.root : -1);
-  DirectDesc d = describeBuffers(s, ci, sm->oneProcess);
+  DirectDesc d = describeBuffers(s, h, sm->oneProcess);
+  if (!usable) d.usable = false;
   // This rank's own descriptor may already settle it: a buffer its peers
   // must touch is not shareable (heap memory: torch's CPU tensors), so every
   // rank will decide for the rings from it (step 4).  Then publish it and go
@@ -415,7 +423,7 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   DirectCall dc{&a, n, me, ts, a.count * ts, s->mode == ExecMode::Direct, ci.ordered, s->dev,
                 a.redop == flagcxAvg ? flagcxSum : a.redop, 0};
   dc.piece = dc.onDevice ? SIZE_MAX : std::max<size_t>(kPiece / ts, 1);
-  bool mapped = mapPeers(s, ci, word, dc);
+  bool mapped = mapPeers(s, h, word, dc);
   Phase *ph = sm->lineB(me);
   sm->released(&ph->mapped);
   ph->mapped.store(word * 2 + (mapped ? 1 : 0), std::memory_order_release);
@@ -430,6 +438,7 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   }
 
   sm->directCalls++;
+  *took = true;
   // 6. The work.
   FLAGCX_CHECK(directCopy(s, dc, word, what));
   if (dc.onDevice) FLAGCX_CHECK(s->dev->flush());
@@ -437,6 +446,71 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   sm->released(&ph->done);
   ph->done.store(word, std::memory_order_release);
   return waitPhase(s, what, word, [](Phase *x) -> auto & { return x->done; });
+}
+
+// A staged rank's buffers for a direct call: shareable host copies its
+// peers can map (stageIn, stageOut), laid out as the caller's (an input
+// inside the output stays inside it), the input copied in from the device.
+// Only the input's bytes are copied: every other byte of an output is
+// written by the call.  *ok false without memory.
+flagcxResult_t stageDirect(ExecState *s, const CollItem &ci, CollItem *h, bool *ok) {
+  const CollArgs &a = ci.a;
+  SmallShm *sm = s->block->shm.get();
+  const size_t ts = dtypeSize(a.dtype);
+  const size_t inB = elemsIn(ci, s->nranks) * ts, outB = elemsOut(ci, s->nranks) * ts;
+  const bool nonRoot = opIsRooted(a.op) && s->rank != a.root;
+  const bool usesSend = !(nonRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter));
+  const bool usesRecv = !(nonRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather));
+  const char *send = static_cast<const char *>(a.send);
+  char *recv = static_cast<char *>(a.recv);
+  const bool both = usesSend && usesRecv;
+  const bool sendInRecv = both && send >= recv && send + inB <= recv + outB;
+  const bool recvInSend = both && !sendInRecv && recv >= send && recv + outB <= send + inB;
+  h->a.send = nullptr;
+  h->a.recv = nullptr;
+  *ok = false;
+  if (usesRecv && !recvInSend && !(h->a.recv = sm->stageOut.grow(outB))) return flagcxSuccess;
+  char *in = nullptr;
+  if (sendInRecv) in = static_cast<char *>(h->a.recv) + (send - recv);
+  else if (usesSend && !(in = sm->stageIn.grow(inB))) return flagcxSuccess;
+  if (usesSend) {
+    FLAGCX_CHECK(stagedCopy(s, in, send, inB));
+    h->a.send = in;
+  }
+  if (recvInSend) h->a.recv = in + (recv - send);
+  *ok = true;
+  return flagcxSuccess;
+}
+
+}  // namespace
+
+char *ShareBuf::grow(size_t bytes) {
+  if (bytes <= cap) return p;
+  void *q = nullptr;
+  if (host::memAlloc(&q, bytes, flagcxMemDevice) != flagcxSuccess || !q) return nullptr;
+  if (p) host::memFree(p);
+  p = static_cast<char *>(q);
+  cap = bytes;
+  return p;
+}
+
+ShareBuf::~ShareBuf() {
+  if (p) host::memFree(p);
+}
+
+// Host and direct ranks work on the caller's buffers; a staged rank on
+// shareable host copies of them, its output copied back to the device once
+// every rank is done (a fallback to the rings stages on its own).
+flagcxResult_t ShmDirectPath::run(CollItem &ci) {
+  ExecState *s = s_;
+  bool took = false;
+  if (s->mode != ExecMode::Staged) return directCall(s, ci, ci, true, &took);
+  CollItem h = ci;
+  bool ok = false;
+  FLAGCX_CHECK(stageDirect(s, ci, &h, &ok));
+  FLAGCX_CHECK(directCall(s, ci, h, ok, &took));
+  if (!took || !h.a.recv || !ci.a.recv) return flagcxSuccess;
+  return stagedCopy(s, ci.a.recv, h.a.recv, elemsOut(ci, s->nranks) * dtypeSize(ci.a.dtype));
 }
 
 }  // namespace flagcx

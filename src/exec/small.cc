@@ -107,12 +107,14 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   // Only facts every rank shares decide whether the ranks meet below; a
   // rank's own mode does not (a communicator of CUDA and host ranks has
   // both: it once left the host ranks waiting at initialisation for a
-  // broadcast that the CUDA ranks never joined).  A rank in staged mode
-  // takes part and votes no; ranks that are all in host mode use the block
-  // for small calls and for direct calls on shareable host memory, ranks all
-  // in direct (CUDA IPC) mode only for direct calls on device memory.
+  // broadcast that the CUDA ranks never joined).  Ranks in host or staged
+  // mode (a mixed communicator) use the block for small calls and for direct
+  // calls on shareable host memory -- a staged rank's input copied into its
+  // slot or its shareable staging copies by its adapter (stagedIn,
+  // shm_direct.cc) -- ranks all in direct (CUDA IPC) mode only for direct
+  // calls on device memory.
   if (!sameHostShm || s->nranks < 2 || s->nranks > kMaxRanks) return flagcxSuccess;
-  const int kind = s->mode == ExecMode::Host ? 1 : s->mode == ExecMode::Direct ? 2 : 0;
+  const int kind = s->mode == ExecMode::Direct ? 2 : 1;
   struct Shape {
     char name[64];
     int64_t maxBytes;
@@ -154,7 +156,8 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   for (int v : oks)
     if (!v || v != oks[0]) {
       INFO(kShm, "rank %d: a rank could not map the block for small collectives, or the ranks "
-           "do not all run in host mode (or all in direct mode): they take the rings", s->rank);
+           "do not all run in host or staged mode (or all in direct mode): they take the rings",
+           s->rank);
       return flagcxSuccess;
     }
   if (kind == 2 && !sm->directMin) return flagcxSuccess;  // nothing would use it
@@ -162,10 +165,11 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
        "(FLAGCX_SHM_SMALL_BYTES); from %zu bytes straight between the ranks' buffers where they "
        "are shareable (FLAGCX_SHM_DIRECT_BYTES, 0: never)", s->rank, sm->maxBytes, sm->directMin);
   s->block = std::make_unique<BlockPath>(s, std::move(sm));
-  // Only paths that can take a call here are offered calls.
-  if (s->mode == ExecMode::Host) {
+  // Only paths that can take a call here are offered calls; a staged
+  // rank's block calls copy from and to its device, so they are not quick.
+  if (s->mode != ExecMode::Direct) {
     s->oneHost.push_back(s->block.get());
-    s->blockTakesCalls = true;
+    s->blockTakesCalls = s->mode == ExecMode::Host;
   }
   if (s->block->shm->directMin) {
     s->shmDirect = std::make_unique<ShmDirectPath>(s);
@@ -287,7 +291,7 @@ flagcxResult_t shapeMismatch(ExecState *s, int peer, uint64_t mine, uint64_t the
 }  // namespace
 
 flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
-                         size_t give, const char *what, bool waitForPeers) {
+                         size_t give, const char *what, bool waitForPeers, bool fromDevice) {
   SmallShm *sm = s->block->shm.get();
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
@@ -312,7 +316,8 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
 
   // 2. Publish: data, tag, then the word (release).
   Pub *mine = sm->slot(me, p);
-  if (give) copyBytes(sm->data(me, p), src, give);
+  if (give && fromDevice) FLAGCX_CHECK(stagedCopy(s, sm->data(me, p), src, give));
+  else if (give) copyBytes(sm->data(me, p), src, give);
   mine->tag.store(tag, std::memory_order_relaxed);
   mine->shape.store(shape, std::memory_order_relaxed);
   sm->released(&mine->word);
@@ -372,32 +377,19 @@ flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const
   return flagcxSuccess;
 }
 
-flagcxResult_t BlockPath::run(CollItem &ci) {
-  ExecState *s = s_;
-  SmallShm *sm = shm.get();
+namespace {
+
+// Step 4 of a block call: this rank's output from the slots, into `out`
+// (every slot is a copy: in-place calls need no care).  Reductions run in
+// rank order: the same bits on every rank; a deterministic call's are one
+// fold over the slots (the narrow floats accumulate in float32 and round
+// once, Avg divides inside).
+flagcxResult_t blockOutput(ExecState *s, const CollItem &ci, char *out) {
+  SmallShm *sm = s->block->shm.get();
   const CollArgs &a = ci.a;
   const int n = s->nranks, me = s->rank;
   const int p = static_cast<int>(ci.seq & 1);
-  const size_t ts = dtypeSize(a.dtype);
-  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * ts;  // one rank's share
-  // What this rank puts in its slot: its input, or nothing (a broadcast's
-  // or scatter's non-roots).
-  const bool rootOnly = a.op == OpKind::Broadcast || a.op == OpKind::Scatter;
-  const size_t give = rootOnly && me != a.root ? 0 : slotNeed(a, n);
-  s->curTag = blockTag(ci);
-  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
-                              opIsRooted(a.op) ? a.root : -1);
-  sm->calls++;
-  if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, false), a.send, give, blockWhat(a.op));
-      r != flagcxSuccess)
-    return r;
-  if (!bytes) return flagcxSuccess;
-
-  // 4. This rank's output from the slots (every slot is a copy: in-place
-  // calls need no care).  Reductions run in rank order: the same bits on
-  // every rank; a deterministic call's are one fold over the slots (the
-  // narrow floats accumulate in float32 and round once, Avg divides inside).
-  char *out = static_cast<char *>(a.recv);
+  const size_t bytes = a.count * dtypeSize(a.dtype);  // one rank's share
   auto reduceAll = [&](char *dst, size_t off) -> flagcxResult_t {
     if (ci.ordered) {
       std::array<const void *, kMaxRanks> srcs;
@@ -412,8 +404,7 @@ flagcxResult_t BlockPath::run(CollItem &ci) {
       for (int q = 2; q < n; q++)
         FLAGCX_CHECK(hostReduce(dst, dst, sm->data(q, p) + off, a.count, a.dtype, op));
     }
-    if (a.redop == flagcxAvg)
-      FLAGCX_CHECK(s->dev->divide(dst, dst, a.count, a.dtype, static_cast<uint64_t>(n), nullptr));
+    if (a.redop == flagcxAvg) FLAGCX_CHECK(hostDivide(dst, dst, a.count, a.dtype, static_cast<uint64_t>(n)));
     return flagcxSuccess;
   };
   const size_t mine0 = static_cast<size_t>(me) * bytes;
@@ -437,6 +428,40 @@ flagcxResult_t BlockPath::run(CollItem &ci) {
       return flagcxSuccess;
     default: return flagcxInternalError;
   }
+}
+
+}  // namespace
+
+flagcxResult_t BlockPath::run(CollItem &ci) {
+  ExecState *s = s_;
+  SmallShm *sm = shm.get();
+  const CollArgs &a = ci.a;
+  const int n = s->nranks, me = s->rank;
+  const size_t ts = dtypeSize(a.dtype);
+  const size_t bytes = a.op == OpKind::Barrier ? 0 : a.count * ts;  // one rank's share
+  // What this rank puts in its slot: its input, or nothing (a broadcast's
+  // or scatter's non-roots).
+  const bool rootOnly = a.op == OpKind::Broadcast || a.op == OpKind::Scatter;
+  const size_t give = rootOnly && me != a.root ? 0 : slotNeed(a, n);
+  // A staged rank's adapter copies its input from the device straight into
+  // its slot, and its output back from host memory.
+  const bool staged = s->mode == ExecMode::Staged;
+  s->curTag = blockTag(ci);
+  ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
+                              opIsRooted(a.op) ? a.root : -1);
+  sm->calls++;
+  if (flagcxResult_t r = blockMeet(s, ci, blockShape(a, false), a.send, give, blockWhat(a.op), true, staged);
+      r != flagcxSuccess)
+    return r;
+  if (!bytes) return flagcxSuccess;
+  if (!staged) return blockOutput(s, ci, static_cast<char *>(a.recv));
+  // A non-root rank's reduce and gather output is not the caller's to see.
+  if ((a.op == OpKind::Reduce || a.op == OpKind::Gather) && me != a.root) return flagcxSuccess;
+  const size_t outB = elemsOut(ci, n) * ts;
+  char *host = stagedHostOut(s, outB);
+  if (!host) return flagcxSystemError;
+  FLAGCX_CHECK(blockOutput(s, ci, host));
+  return stagedCopy(s, a.recv, host, outB);
 }
 
 }  // namespace flagcx

@@ -52,6 +52,19 @@ struct DirectDesc {
 
 static_assert(sizeof(DirectDesc) == 328, "FLAGCX_SHM_DIRECT_BYTES's documentation names this size");
 
+// Host memory a sibling process can map (host::memAlloc's memfd kind), grown
+// to the largest call and kept: a staged rank's copies of its device
+// buffers for direct calls, which its peers map once (shm_direct.cc).
+struct ShareBuf {
+  char *p = nullptr;
+  size_t cap = 0;
+  char *grow(size_t bytes);  // null without memory
+  ShareBuf() = default;
+  ShareBuf(const ShareBuf &) = delete;
+  ShareBuf &operator=(const ShareBuf &) = delete;
+  ~ShareBuf();
+};
+
 struct SmallShm {
   std::shared_ptr<Segment> seg;
   char *base = nullptr;   // seg's mapping
@@ -74,6 +87,7 @@ struct SmallShm {
   uint64_t directQuietUntil = 0;
   uint64_t directCalls = 0;                    // calls done that way (tests)
   std::vector<PeerMaps> maps;  // [peer]; uses stamped with the call's word
+  ShareBuf stageIn, stageOut;  // a staged rank's shareable copies (direct calls)
   void layout(size_t payload, int nranks) {
     maxBytes = payload;
     slotStride = (kHeader + maxBytes + kLine - 1) / kLine * kLine;
@@ -134,8 +148,23 @@ uint64_t blockShape(const CollArgs &a, bool direct);
 // nothing of its peers' slots (its own tells them this call takes the
 // rings).  Slot reuse stays safe: step 1 of the next call on the same slot
 // waits until every peer has published a later call, i.e. is past this one.
+// `fromDevice`: src is a staged rank's device buffer, copied by its adapter.
 flagcxResult_t blockMeet(ExecState *s, const CollItem &ci, uint64_t shape, const void *src,
-                         size_t give, const char *what, bool waitForPeers = true);
+                         size_t give, const char *what, bool waitForPeers = true,
+                         bool fromDevice = false);
+
+// A staged rank's copy between its device and host memory on the one-host
+// paths: through the adapter's private stream, finished before it returns.
+inline flagcxResult_t stagedCopy(ExecState *s, void *dst, const void *src, size_t bytes) {
+  FLAGCX_CHECK(s->dev->copyAsync(dst, src, bytes));
+  return s->dev->flush();
+}
+// Host memory for a staged rank's output of `bytes` (not shared): the
+// page-locked buffer reserveStaged grew, else the heap; null without memory.
+inline char *stagedHostOut(ExecState *s, size_t bytes) {
+  char *p = s->sched->staged.pinnedOut.ifFits(bytes);
+  return p ? p : growHeap(s->sched->staged.heapOut, bytes);
+}
 
 // Waits, with the engine's usual checks, until `ready()` holds: abort, a
 // peer that gave up (its error frame, seen through the Conns), a peer that

@@ -347,14 +347,14 @@ struct ExecState {
   std::atomic<bool> deterministic{false};  // reductions on floating types fold in rank order
 
   // The paths.  A call is offered to the one-host paths that may take
-  // calls on this communicator (set at setup: the block in host mode,
+  // calls on this communicator (set at setup: the block in host and staged mode,
   // direct where FLAGCX_SHM_DIRECT_BYTES allows), in order, then to the
   // schedule path, which takes all.  block is null without a shared block.
   std::unique_ptr<BlockPath> block;
   std::unique_ptr<ShmDirectPath> shmDirect;
   std::unique_ptr<SchedulePath> sched;
   std::vector<CollPath *> oneHost;
-  bool blockTakesCalls = false;  // block is in oneHost
+  bool blockTakesCalls = false;  // block is in oneHost and its calls are quick (host mode)
 };
 
 // coll_run.cc: the next piece of `w`.  With wait false, a piece whose

@@ -7,6 +7,10 @@
 // 2-4 ranks, over shm and over sockets, fixed and automatic slices; each
 // call twice with different inputs through the same staging buffers; the
 // values are small integers, so every result is checked bit for bit.
+// Buffers from the heap or from flagcxMemAlloc (shareable); over shm the
+// mixed communicator keeps the one-host paths a host-only one takes: the
+// shared block for one-element calls and, on shareable buffers, the direct
+// path for the larger ones (counted), also in deterministic mode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,11 +25,33 @@
 
 namespace {
 
+// Whether this process's test buffers come from flagcxMemAlloc (set before
+// the first one is made).
+bool g_shared = false;
+
+template <class T>
+struct TestAlloc {
+  using value_type = T;
+  TestAlloc() = default;
+  template <class U>
+  TestAlloc(const TestAlloc<U> &) {}
+  T *allocate(size_t n) {
+    void *p = nullptr;
+    if (g_shared ? flagcxMemAlloc(&p, n * sizeof(T)) != flagcxSuccess : !(p = malloc(n * sizeof(T))))
+      throw std::bad_alloc();
+    return static_cast<T *>(p);
+  }
+  void deallocate(T *p, size_t) { g_shared ? (void)flagcxMemFree(p) : free(p); }
+  bool operator==(const TestAlloc &) const { return true; }
+  bool operator!=(const TestAlloc &) const { return false; }
+};
+using Vec = std::vector<float, TestAlloc<float>>;
+
 float val(int call, int r, size_t i) {
   return static_cast<float>((call * 7 + r * 3 + static_cast<int>(i % 13)) % 50);
 }
 
-int same(const std::vector<float> &got, const std::vector<float> &want, const char *op, size_t count,
+int same(const Vec &got, const Vec &want, const char *op, size_t count,
          int call) {
   RANK_CHECK(got.size() >= want.size(), "%s: short buffer", op);
   for (size_t i = 0; i < want.size(); i++)
@@ -43,7 +69,7 @@ int same(const std::vector<float> &got, const std::vector<float> &want, const ch
 // output, the output inside the input, the same buffer).
 int inPlaceOps(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   const size_t all = count * static_cast<size_t>(n);
-  std::vector<float> buf(all, -1.f), want(all);
+  Vec buf(all, -1.f), want(all);
   for (size_t i = 0; i < count; i++) buf[rank * count + i] = val(call, rank, i);
   RANK_OK(flagcxAllGather(buf.data() + rank * count, buf.data(), count, flagcxFloat32, comm, nullptr));
   for (int q = 0; q < n; q++)
@@ -52,7 +78,7 @@ int inPlaceOps(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   for (size_t i = 0; i < all; i++) buf[i] = val(call, rank, i);
   RANK_OK(flagcxReduceScatter(buf.data(), buf.data() + rank * count, count, flagcxFloat32, flagcxSum,
                               comm, nullptr));
-  std::vector<float> mine(buf.begin() + rank * count, buf.begin() + (rank + 1) * count);
+  Vec mine(buf.begin() + rank * count, buf.begin() + (rank + 1) * count);
   for (size_t i = 0; i < count; i++) {
     want[i] = 0;
     for (int q = 0; q < n; q++) want[i] += val(call, q, rank * count + i);
@@ -69,7 +95,7 @@ int inPlaceOps(flagcxComm_t comm, int rank, int n, size_t count, int call) {
 // One size, one call number: every op, checked.
 int everyOp(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   const size_t all = count * static_cast<size_t>(n);
-  std::vector<float> in(all), out(all), sum(all), want(all);
+  Vec in(all), out(all), sum(all), want(all);
   for (size_t i = 0; i < all; i++) {
     in[i] = val(call, rank, i);
     sum[i] = 0;
@@ -80,7 +106,7 @@ int everyOp(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   reset();
   RANK_OK(flagcxAllReduce(in.data(), out.data(), count, flagcxFloat32, flagcxSum, comm, nullptr));
   HS_CHECK(same(out, {sum.begin(), sum.begin() + count}, "allreduce", count, call));
-  std::vector<float> inPlace(in.begin(), in.begin() + count);
+  Vec inPlace(in.begin(), in.begin() + count);
   RANK_OK(flagcxAllReduce(inPlace.data(), inPlace.data(), count, flagcxFloat32, flagcxMax, comm, nullptr));
   for (size_t i = 0; i < count; i++) {
     want[i] = 0;
@@ -132,7 +158,11 @@ int everyOp(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   return 0;
 }
 
+// Collectives per everyOp call (send/recv is not one).
+constexpr uint64_t kCollsPerRound = 12;
+
 int runRank(int rank, int n, flagcxUniqueId *id) {
+  g_shared = getenv("HS_SHARED") != nullptr;
   if (rank % 2 == 1) {  // this rank stages its buffers behind a slow copy engine
     setenv("FLAGCX_HOST_COPY_ENGINE_NS", "200", 1);
     flagcx::paramsReload();
@@ -143,11 +173,15 @@ int runRank(int rank, int n, flagcxUniqueId *id) {
   RANK_CHECK(comm->exec->mode() == want, "rank %d runs in mode %d", rank, static_cast<int>(comm->exec->mode()));
   for (size_t count : {size_t(1), size_t(5000), size_t(300001)})
     for (int call = 0; call < 2; call++) HS_CHECK(everyOp(comm, rank, n, count, call));
-  // Every call took the rings: a staged rank keeps the one-host paths off.
-  RANK_CHECK(comm->exec->smallCalls() == 0 && comm->exec->shmDirectCalls() == 0,
-             "one-host paths took calls: %llu small, %llu direct",
-             static_cast<unsigned long long>(comm->exec->smallCalls()),
-             static_cast<unsigned long long>(comm->exec->shmDirectCalls()));
+  // Over shm the one-element calls took the block; the larger ones went
+  // direct on shareable buffers, else took the rings (so did all over
+  // sockets).
+  const bool shm = !getenv("FLAGCX_SHM_DISABLE");
+  const uint64_t small = shm ? 2 * kCollsPerRound : 0, direct = shm && g_shared ? 4 * kCollsPerRound : 0;
+  RANK_CHECK(comm->exec->smallCalls() == small && comm->exec->shmDirectCalls() == direct,
+             "one-host paths took %llu small calls (want %llu), %llu direct (want %llu)",
+             static_cast<unsigned long long>(comm->exec->smallCalls()), static_cast<unsigned long long>(small),
+             static_cast<unsigned long long>(comm->exec->shmDirectCalls()), static_cast<unsigned long long>(direct));
   RANK_OK(flagcxCommDestroy(comm));
   return 0;
 }
@@ -156,19 +190,27 @@ struct Case {
   int nranks;
   bool sockets;
   const char *slice;  // FLAGCX_STAGE_SLICE_SIZE
+  bool shared = false;         // buffers from flagcxMemAlloc
+  bool deterministic = false;  // FLAGCX_DETERMINISTIC=1
 };
 
 void runCase(const Case &c) {
   harness::Env env{{{"FLAGCX_STAGE_SLICE_SIZE", c.slice}, {"FLAGCX_TIMEOUT", "120"}}};
   if (c.sockets) env.vars.push_back({"FLAGCX_SHM_DISABLE", "1"});
+  if (c.shared) env.vars.push_back({"HS_SHARED", "1"});
+  if (c.deterministic) env.vars.push_back({"FLAGCX_DETERMINISTIC", "1"});
   auto res = harness::run(c.nranks, runRank, env, 300);
   EXPECT_TRUE(res.allOk()) << c.nranks << " ranks, " << (c.sockets ? "sockets" : "shm")
-                           << ", slice " << c.slice << ": " << res.failures();
+                           << ", slice " << c.slice << (c.shared ? ", shared buffers" : "")
+                           << (c.deterministic ? ", deterministic" : "") << ": " << res.failures();
 }
 
 TEST(HeteroStaged, TwoRanksShmAutoSlices) { runCase({2, false, "-2"}); }
 TEST(HeteroStaged, ThreeRanksSocketsSmallSlices) { runCase({3, true, "4096"}); }
 TEST(HeteroStaged, FourRanksShmSmallSlices) { runCase({4, false, "4096"}); }
 TEST(HeteroStaged, FourRanksSocketsAutoSlices) { runCase({4, true, "-2"}); }
+TEST(HeteroStaged, TwoRanksShmSharedBuffers) { runCase({2, false, "-2", true}); }
+TEST(HeteroStaged, ThreeRanksShmSharedDeterministic) { runCase({3, false, "4096", true, true}); }
+TEST(HeteroStaged, FourRanksShmSharedBuffers) { runCase({4, false, "4096", true}); }
 
 }  // namespace
