@@ -33,7 +33,7 @@ def section(machine, rows):
            "rounds of the slowest survivor's time and of the median survivor's.", "",
            f"- machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
            f"{machine.get('busy_before', '?')}% / {machine.get('busy_after', '?')}% of the CPUs "
-           "busy before / after the run (other work shares them); the ranks outnumber the "
+           "busy before / after the run (other work may share them); the ranks outnumber the "
            "cores when N is above the core count, so these times are mostly waiting for a "
            "core, not work",
            f"- transport: {machine.get('transport', '?')}; commit {machine.get('commit', '?')}",
