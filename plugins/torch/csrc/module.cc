@@ -18,7 +18,13 @@ PYBIND11_MODULE(_C, m) {
              return c10::make_intrusive<ProcessGroupFlagcx>(store, rank, size, timeout);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      // The survivors' group (every torch release; torch >= 2.10 also
+      // reaches it through Backend.shrink and torch.distributed.shrink_group).
+      .def("shrink_group", &ProcessGroupFlagcx::shrinkGroup, py::arg("ranks_to_exclude"),
+           py::arg("shrink_flags") = 0, py::call_guard<py::gil_scoped_release>());
+  m.attr("SHRINK_DEFAULT") = FLAGCX_SHRINK_DEFAULT;
+  m.attr("SHRINK_ABORT") = FLAGCX_SHRINK_ABORT;
   m.def("device", &ProcessGroupFlagcx::deviceName,
         "The device flagcx drives in this process: 'host' or the GPU vendor");
   m.def("version", [] {

@@ -7,7 +7,9 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -101,23 +103,92 @@ std::shared_ptr<Channel> ProcessGroupFlagcx::createChannel(int device, bool cuda
   std::optional<c10::cuda::CUDAGuard> guard;
   if (cuda) guard.emplace(static_cast<c10::DeviceIndex>(device));
 #endif
+  ch->seq = commCount_ - 1;
   flagcxResult_t r = flagcxCommInitRank(&ch->comm, getSize(), &id, getRank());
   if (r != flagcxSuccess) {
     ch->comm = nullptr;
     fail("flagcxCommInitRank", r, nullptr);
   }
-#ifdef FLAGCX_TORCH_CUDA
-  if (cuda) {
-    ch->torchStream = c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(device));
-    r = devHandle()->streamCopy(&ch->stream, static_cast<void *>(ch->torchStream->stream()));
-    if (r != flagcxSuccess) fail("streamCopy", r, ch->comm);
-    return ch;
-  }
-#endif
-  r = devHandle()->streamCreate(&ch->stream);
-  if (r != flagcxSuccess) fail("streamCreate", r, ch->comm);
+  attachStream(*ch);
   return ch;
 }
+
+void ProcessGroupFlagcx::attachStream(Channel &ch) {
+#ifdef FLAGCX_TORCH_CUDA
+  if (ch.cuda) {
+    ch.torchStream = c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(ch.device));
+    flagcxResult_t r = devHandle()->streamCopy(&ch.stream, static_cast<void *>(ch.torchStream->stream()));
+    if (r != flagcxSuccess) fail("streamCopy", r, ch.comm);
+    return;
+  }
+#endif
+  flagcxResult_t r = devHandle()->streamCreate(&ch.stream);
+  if (r != flagcxSuccess) fail("streamCreate", r, ch.comm);
+}
+
+c10::intrusive_ptr<ProcessGroupFlagcx> ProcessGroupFlagcx::shrinkGroup(
+    const std::vector<int64_t> &exclude, int flags) {
+  std::vector<int> excl;
+  int before = 0;  // excluded ranks below this one
+  for (int64_t r : exclude) {
+    TORCH_CHECK(r >= 0 && r < getSize(), "flagcx: shrink: rank ", r, " is not in this group of ",
+                getSize());
+    excl.push_back(static_cast<int>(r));
+    before += r < getRank() ? 1 : 0;
+  }
+  std::vector<std::shared_ptr<Channel>> chans;
+  int prefix;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto &kv : channels_) chans.push_back(kv.second);
+    prefix = shrinkCount_++;
+  }
+  std::sort(chans.begin(), chans.end(),
+            [](const auto &a, const auto &b) { return a->seq < b->seq; });
+  // Channels the new group makes later meet under their own keys.
+  auto store = c10::make_intrusive<c10d::PrefixStore>("flagcx/shrink/" + std::to_string(prefix),
+                                                      store_);
+  auto child = c10::make_intrusive<ProcessGroupFlagcx>(
+      store, getRank() - before, getSize() - static_cast<int>(excl.size()), timeout_);
+  for (auto &ch : chans) {
+    auto nch = std::make_shared<Channel>();
+    nch->device = ch->device;
+    nch->cuda = ch->cuda;
+    nch->seq = child->commCount_++;
+    flagcxResult_t r;
+    {
+      std::lock_guard<std::mutex> g(ch->mu);
+      TORCH_CHECK(!ch->closed, "flagcx: shrink: the group is already destroyed");
+      // Without the abort flag every survivor is idle: what waits on the
+      // stream runs first (the shrink itself waits for flagcx's in flight).
+      if (flags == 0 && ch->stream) {
+        flagcxResult_t q = devHandle()->streamSynchronize(ch->stream);
+        if (q != flagcxSuccess) fail("streamSynchronize", q, ch->comm);
+      }
+#ifdef FLAGCX_TORCH_CUDA
+      std::optional<c10::cuda::CUDAGuard> guard;
+      if (ch->cuda) guard.emplace(static_cast<c10::DeviceIndex>(ch->device));
+#endif
+      r = flagcxCommShrink(ch->comm, excl.data(), static_cast<int>(excl.size()), &nch->comm, flags);
+    }
+    if (r != flagcxSuccess) {
+      nch->comm = nullptr;
+      fail("flagcxCommShrink", r, ch->comm);
+    }
+    child->attachStream(*nch);
+    std::lock_guard<std::mutex> g(child->mu_);
+    child->channels_[nch->device] = nch;
+  }
+  return child;
+}
+
+#ifdef FLAGCX_TORCH_SHRINK
+c10::intrusive_ptr<c10d::Backend> ProcessGroupFlagcx::shrink(
+    const std::vector<int64_t> &ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options> & /*opts_override: nothing of it applies*/) {
+  return shrinkGroup(ranks_to_exclude, shrink_flags);
+}
+#endif
 
 std::shared_ptr<Channel> ProcessGroupFlagcx::channelFor(const c10::Device &device) {
   bool host = processDeviceIsHost();

@@ -57,6 +57,10 @@
 #if TORCH_VERSION_MAJOR >= 2 && (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 1)
 #define FLAGCX_TORCH_COALESCING_V2 1
 #endif
+// Backend::shrink (torch.distributed.shrink_group) exists from torch 2.10.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+#define FLAGCX_TORCH_SHRINK 1
+#endif
 
 namespace flagcx_torch {
 
@@ -75,6 +79,7 @@ using PgBase = c10d::ProcessGroup;
 struct Channel {
   int device = -1;  // CUDA device index, or -1 for the host
   bool cuda = false;
+  int seq = 0;      // the group's count of channels when this one was made
   flagcxComm_t comm = nullptr;
   flagcxStream_t stream = nullptr;
 #ifdef FLAGCX_TORCH_CUDA
@@ -277,6 +282,19 @@ class ProcessGroupFlagcx : public PgBase {
   void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>> &reqs) override;
 #endif
 
+  // A group of the survivors: every channel's communicator shrunk by
+  // flagcxCommShrink (flags: 0 or FLAGCX_SHRINK_ABORT), in the order the
+  // channels were made, the same on every survivor; new ranks are the
+  // survivors in this group's order.  Called by the survivors only.
+  c10::intrusive_ptr<ProcessGroupFlagcx> shrinkGroup(const std::vector<int64_t> &exclude,
+                                                     int flags);
+#ifdef FLAGCX_TORCH_SHRINK
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t> &ranks_to_exclude, int shrink_flags = 0,
+      const c10::intrusive_ptr<Options> &opts_override = nullptr) override;
+#endif
+
   // Test hook: the flagcx device this process drives ("host" or a vendor).
   static std::string deviceName();
 
@@ -293,6 +311,8 @@ class ProcessGroupFlagcx : public PgBase {
                                        bool hostSync = false);
   std::shared_ptr<Channel> channelFor(const c10::Device &device);
   std::shared_ptr<Channel> createChannel(int device, bool cuda);
+  // The stream a new channel's operations are ordered on.
+  void attachStream(Channel &ch);
   void enqueue(Batch &batch);
   std::shared_ptr<Engine> engine();
   [[noreturn]] void fail(const char *op, flagcxResult_t r, flagcxComm_t comm) const;
@@ -302,6 +322,7 @@ class ProcessGroupFlagcx : public PgBase {
   std::mutex mu_;  // channels_ and engine_
   std::map<int, std::shared_ptr<Channel>> channels_;
   int commCount_ = 0;
+  int shrinkCount_ = 0;  // groups shrunk from this one (their stores' prefix)
   std::shared_ptr<Engine> engine_;
 
   bool coalescing_ = false;

@@ -39,7 +39,7 @@ step() {  # step NAME ENV... -- CMD...
     echo "PASS $name"; pass=$((pass + 1))
   else
     echo "FAIL $name (see $OUT/$name.log)"; fail=$((fail + 1))
-    pkill -9 -f "python[0-9.]* .*(ops_test|ddp_test|example|bench_allreduce)\.py" 2>/dev/null
+    pkill -9 -f "python[0-9.]* .*(ops_test|ddp_test|shrink_test|example|bench_allreduce)\.py" 2>/dev/null
   fi
 }
 run1="$PY -m torch.distributed.run --nproc_per_node 1 --master_port 29611"
@@ -50,6 +50,8 @@ step ops-cuda-cpu:gloo,cuda:flagcx CUDA_VISIBLE_DEVICES=0 FLAGCX_USE_HETERO_COMM
 step ops-cpu-staged-cpu:flagcx,cuda:flagcx CUDA_VISIBLE_DEVICES=0 FLAGCX_USE_HETERO_COMM=1 -- $run2 $T/ops_test.py --device cpu --backend cpu:flagcx,cuda:flagcx
 step ddp-cuda-1rank-nccl -- $run1 $T/ddp_test.py --device cuda
 step ddp-cuda-2ranks-gpu0-engine FLAGCX_USE_HETERO_COMM=1 CUDA_VISIBLE_DEVICES=0 -- $run2 $T/ddp_test.py --device cuda
+step shrink-cpu-4ranks-shrink_group FLAGCX_DEVICE=host -- $PY $T/shrink_test.py --api torch
+step shrink-cpu-4ranks-plugin FLAGCX_DEVICE=host -- $PY $T/shrink_test.py --api plugin
 step example-cuda-1rank -- $run1 examples/torch/example.py --device cuda
 step bench-cuda-1rank-vs-nccl -- $run1 examples/torch/bench_allreduce.py --device cuda --compare nccl --iters 20 --rounds 3
 echo "== benchmark (1 rank, flagcx through the NCCL pass-through vs nccl):"
