@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "base/sanitizers.h"
+
 namespace harness {
 
 inline int64_t nowNs() {
@@ -164,6 +166,15 @@ inline long rssKb() {
     if (line.rfind("VmRSS:", 0) == 0) return atol(line.c_str() + 6);
   return -1;
 }
+
+// Whether RSS growth says anything about leaks: under a sanitizer freed
+// memory sits in quarantine (and is shadowed), so leak tests leave the heap
+// to LeakSanitizer there.
+#if defined(FLAGCX_ASAN) || defined(FLAGCX_TSAN)
+constexpr bool kRssShowsLeaks = false;
+#else
+constexpr bool kRssShowsLeaks = true;
+#endif
 
 // Socket inodes held open by process `pid`.
 inline std::set<unsigned long> socketInodes(int pid) {

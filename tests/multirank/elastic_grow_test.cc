@@ -21,13 +21,6 @@ namespace {
 constexpr int kOld = 4, kNew = 6;
 constexpr int kWarmUp = 2, kRounds = 20;
 constexpr long kRssSlackKb = 32 * 1024;  // allocator caches, as in rel-leaks
-// Under a sanitizer freed memory sits in quarantine, so RSS says nothing
-// about leaks there (LeakSanitizer judges the heap), as in rel-leaks.
-#if defined(FLAGCX_ASAN) || defined(FLAGCX_TSAN)
-constexpr bool kCheckRss = false;
-#else
-constexpr bool kCheckRss = true;
-#endif
 
 struct Shared {
   std::atomic<int> gen;  // rounds whose id is published
@@ -139,7 +132,8 @@ int rankBody(int r, flagcxUniqueId *id, Shared *sh) {
   RANK_CHECK(fds1 <= fds0, "file descriptors grew from %d to %d", fds0, fds1);
   RANK_CHECK(thr1 <= thr0, "threads grew from %d to %d", thr0, thr1);
   RANK_CHECK(shmLeft.empty(), "%zu /dev/shm entries left", shmLeft.size());
-  RANK_CHECK(!kCheckRss || rss1 - rss0 <= kRssSlackKb, "RSS grew by %ld KiB", rss1 - rss0);
+  RANK_CHECK(!harness::kRssShowsLeaks || rss1 - rss0 <= kRssSlackKb, "RSS grew by %ld KiB",
+             rss1 - rss0);
   return 0;
 }
 

@@ -15,13 +15,6 @@ namespace {
 constexpr int kComms = 100;
 constexpr long kRssSlackKb = 32 * 1024;  // allocator caches, lazily loaded scripts
 
-// Sanitizers keep freed memory in quarantine (and shadow it): RSS says
-// nothing about leaks there; LeakSanitizer judges the heap instead.
-#if defined(FLAGCX_ASAN) || defined(FLAGCX_TSAN)  // base/sanitizers.h, through harness.h
-constexpr bool kCheckRss = false;
-#else
-constexpr bool kCheckRss = true;
-#endif
 
 // A rank 0 that died before writing the id (both ends of the pipe stay open
 // in the parent) fails rank 1 after a minute rather than at the harness's
@@ -86,7 +79,8 @@ void leakTest(bool shm) {
     RANK_CHECK(thr1 <= thr0, "threads grew from %d to %d", thr0, thr1);
     RANK_CHECK(shmLeft.empty(), "%zu /dev/shm entries left, e.g. %s", shmLeft.size(),
                shmLeft.empty() ? "" : shmLeft[0].c_str());
-    RANK_CHECK(!kCheckRss || rss1 - rss0 <= kRssSlackKb, "RSS grew by %ld KiB", rss1 - rss0);
+    RANK_CHECK(!harness::kRssShowsLeaks || rss1 - rss0 <= kRssSlackKb, "RSS grew by %ld KiB",
+               rss1 - rss0);
     return 0;
   }, env, 300);
   close(pfd[0]);
