@@ -91,4 +91,32 @@ def env_from_mpi(master_addr="127.0.0.1"):
     return int(env["RANK"]), int(env["WORLD_SIZE"])
 
 
+def _register_shrunk_as_custom():
+    """torch.distributed.shrink_group (torch >= 2.10) registers the new
+    group's backend under BackendType GLOO when the group is bound to no CUDA
+    device, whatever the backend is.  DDP's logger then takes a backend of a
+    "gloo" group for a ProcessGroupGloo (a static_cast in
+    Logger::set_env_variables) and the process crashes in the DDP
+    constructor (torch 2.11, shrink_test.py --api torch).  A flagcx backend is
+    registered again as CUSTOM, the type init_process_group("flagcx") gives
+    it; other backends are left as torch made them."""
+    c10d = dist.distributed_c10d
+    make = getattr(c10d, "_create_shrunk_process_group", None)
+    if make is None or getattr(make, "_flagcx", False):
+        return
+
+    def create(new_backend, *args, **kwargs):
+        pg = make(new_backend, *args, **kwargs)
+        if isinstance(new_backend, ProcessGroupFlagcx):
+            custom = dist.ProcessGroup.BackendType.CUSTOM
+            dev = getattr(pg, "bound_device_id", None) or torch.device("cpu")
+            pg._register_backend(dev, custom, new_backend)
+            pg._set_default_backend(custom)
+        return pg
+
+    create._flagcx = True
+    c10d._create_shrunk_process_group = create
+
+
 _register()
+_register_shrunk_as_custom()

@@ -51,7 +51,9 @@ def reference(state, ranks, start):
     net = model()
     net.load_state_dict(state[0])
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    opt.load_state_dict(state[1])
+    # torch 2.x's load_state_dict keeps the given momentum tensors (1.13
+    # copied them): a copy, so that training never writes into `state`.
+    opt.load_state_dict(copy.deepcopy(state[1]))
     losses = {r: [] for r in ranks}
     for step in range(start, STEPS):
         grads = None
@@ -118,7 +120,7 @@ def worker(rank, port, api, out):
                 group = group.shrink_group([VICTIM], flagcx._C.SHRINK_ABORT)
             size, shrunk_at, recovery_state = WORLD - 1, step, saved
             net.load_state_dict(saved[0])
-            opt.load_state_dict(saved[1])
+            opt.load_state_dict(copy.deepcopy(saved[1]))
             ddp = wrap()
             continue
         losses.append(loss.item())
