@@ -51,7 +51,8 @@ export PATH=$PATH:/usr/local/cuda/bin NCCL_NVLS_ENABLE=0 FLAGCX_TIMEOUT=${FLAGCX
 # ---- build what is missing ----
 targets=tests/gpu/device_allreduce
 engine=1
-if ninja -C "$B" -t targets all 2>/dev/null | grep -q '^tools/perf/test_allreduce:'; then
+# (grep without -q: it reads everything, so that ninja never dies of SIGPIPE under pipefail)
+if ninja -C "$B" -t targets all 2>/dev/null | grep '^tools/perf/test_allreduce:' >/dev/null; then
   targets+=" tools/perf/test_allreduce"
 else
   engine=0
