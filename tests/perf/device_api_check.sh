@@ -4,8 +4,9 @@
 # untouched); device_api.py turns the made-up raw lines of
 # device_api_sample/ into the section (every kind of cell: a figure, a
 # failed run, a run skipped past the time limit, a wrong result, NCCL not
-# run or parsed from all_reduce_perf's table), and a second write replaces
-# the section instead of adding one, keeping the text around it.
+# run or parsed from all_reduce_perf's table, the runs by block count), and
+# a second write replaces the section instead of adding one, keeping the
+# text around it.
 #
 # usage: device_api_check.sh SOURCE_ROOT
 set -uo pipefail
@@ -39,6 +40,7 @@ has "$d" "| 512 B | 6.30 | 1 | failed (rc=1) | 46.00 |"
 has "$d" "| 16 KiB | 8.50 | 8 | 40.00 | wrong result |"
 has "$d" "| 64 KiB | 12.75 | 32 | skipped (time limit) | 53.00 |"
 has "$d" "met at 5 of 6 sizes"
+has "$d" "at 64 KiB over CUDA IPC: 8: 14.00 µs, 16: failed, 32: 12.75 µs."
 has "$d" "- machine: Sample GPU (made-up figures for the writer's test) x 1, Sample CPU, 16 cores; MPS on"
 has "$d" "- commit abc1234, 2000-01-01 00:00 UTC"
 has "$d" "Text before."

@@ -3,6 +3,7 @@
 section between the BEGIN and END markers (replacing it, or adding it at the
 end), and prints it.  Reads from WORK_DIR: machine.txt (key=value lines),
 devar.txt (device_allreduce's result lines, or "FAILED MODE BYTES rc=N"),
+blocks.txt (the same at the largest size by block count),
 engine.json (test_allreduce -J rows) or engine-not-run.txt, nccl.txt
 (all_reduce_perf's output, or one "not run: ..." line).
 
@@ -25,10 +26,10 @@ def lines(path):
     return open(path).read().splitlines() if os.path.exists(path) else []
 
 
-def read_devar(work):
+def read_devar(work, name="devar.txt"):
     """{(mode, bytes): (us or None, note)}; mode "ipc" or "proxy"."""
     out = {}
-    for line in lines(f"{work}/devar.txt"):
+    for line in lines(f"{work}/{name}"):
         m = DEVAR.match(line)
         if m:
             mode = "ipc" if m.group(3) == "CUDA IPC" else "proxy"
@@ -37,6 +38,19 @@ def read_devar(work):
         f = line.split()
         if len(f) >= 3 and f[0] == "FAILED":
             out[(f[1], int(f[2]))] = (None, "failed (" + " ".join(f[3:]) + ")")
+    return out
+
+
+def read_blocks(work):
+    """[(blocks, bytes, us or None)] of the runs by block count (blocks.txt:
+    result lines, or "FAILED ipc BLOCKS rc=N")."""
+    out = []
+    for line in lines(f"{work}/blocks.txt"):
+        m = DEVAR.match(line)
+        if m:
+            out.append((int(m.group(4)), int(m.group(2)), float(m.group(6))))
+        elif line.startswith("FAILED ") and len(line.split()) >= 3:
+            out.append((int(line.split()[2]), None, None))
     return out
 
 
@@ -79,7 +93,7 @@ def cell(v, missing):
     return f"{v:.2f}"
 
 
-def section(machine, devar, engine, nccl, sizes):
+def section(machine, devar, engine, nccl, sizes, by_blocks=()):
     eng_rows, eng_why = engine
     nccl_rows, nccl_why = nccl
     skipped = machine.get("skipped", "")
@@ -117,6 +131,12 @@ def section(machine, devar, engine, nccl, sizes):
                    f"{cell(px_us, px_note)} | {eng} | {nc} |")
     out += ["", f"Goal: at most {GOAL_US:g} µs over CUDA IPC at 2 ranks: met at {met} of "
             f"{len(sizes)} sizes."]
+    if by_blocks:
+        size = next((b for _, b, _ in by_blocks if b), None)
+        runs = ", ".join(f"{n}: " + (f"{us:.2f} µs" if us is not None else "failed")
+                         for n, _, us in by_blocks)
+        out.append(f"By block count (the example's fourth argument) at "
+                   f"{size_name(size) if size else 'the largest size'} over CUDA IPC: {runs}.")
     if skipped:
         out.append(f"Skipped past the time limit: {skipped}.")
     out.append(END)
@@ -142,7 +162,7 @@ def main():
     machine = dict(l.split("=", 1) for l in lines(f"{work}/machine.txt") if "=" in l)
     devar = read_devar(work)
     sizes = sorted(int(x) for x in machine.get("sizes", "").split()) or sorted({b for _, b in devar})
-    text, _ = section(machine, devar, read_engine(work), read_nccl(work), sizes)
+    text, _ = section(machine, devar, read_engine(work), read_nccl(work), sizes, read_blocks(work))
     print(text)
     if doc != "-":
         write(doc, text)

@@ -5,7 +5,8 @@
 # re-running replaces it):
 #   - examples/device_allreduce.cu (BUILD_DIR/tests/gpu/device_allreduce),
 #     2 ranks sharing GPU 0 under the MPS daemon, 8 B .. 64 KiB, over CUDA
-#     IPC (1000 calls) and through the proxy (FLAGCX_IPC_DISABLE=1, 200 calls);
+#     IPC (1000 calls) and through the proxy (FLAGCX_IPC_DISABLE=1, 200 calls),
+#     and at the largest size over CUDA IPC with BLOCKS blocks each;
 #   - the engine's flagcxAllReduce on device buffers, the same 2 ranks
 #     sharing the GPU (BUILD_DIR/tools/perf/test_allreduce, FLAGCX_DEVICE=cuda,
 #     FLAGCX_USE_HETERO_COMM=1, one rank per process under the machine's MPI);
@@ -20,6 +21,7 @@
 #   device_allreduce and test_allreduce are built there if missing.
 #   SIZES="8 64 512 4096 16384 65536"  WORK=dir (raw lines; default a
 #   temporary folder)  DOC=docs/PERFORMANCE.md  NCCL_TESTS_BIN=all_reduce_perf
+#   BLOCKS="4 8 16 32": block counts tried at the largest size (empty: none)
 #   DEVICE_API_LIMIT_S=270: later runs are skipped (listed) past it.
 # Exit status: 0 when every run gave a figure and a right result; 1
 # otherwise; 2 on bad use or without a GPU.
@@ -32,6 +34,7 @@ SIZES=${SIZES:-8 64 512 4096 16384 65536}
 min=$(echo $SIZES | tr ' ' '\n' | sort -n | head -1)
 max=$(echo $SIZES | tr ' ' '\n' | sort -n | tail -1)
 DOC=${DOC:-docs/PERFORMANCE.md}
+BLOCKS=${BLOCKS-4 8 16 32}
 LIMIT=${DEVICE_API_LIMIT_S:-270}
 WORK=${WORK:-$(mktemp -d /tmp/flagcx-device-api.XXXXXX)}
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -93,29 +96,36 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
 fi
 echo "mps=$mps" >>"$WORK/machine.txt"
 
-# ---- the device API's allreduce: one line per run into devar.txt ----
-devar() {  # MODE BYTES ITERS [VAR=VALUE...]
-  local mode=$1 bytes=$2 iters=$3 rc
-  shift 3
-  late "devar-$mode-$bytes" && return
+# ---- the device API's allreduce: one line per run into FILE ----
+devar() {  # FILE NAME BYTES ITERS BLOCKS [VAR=VALUE...]
+  local file=$1 name=$2 bytes=$3 iters=$4 blocks=$5 rc
+  shift 5
+  late "$name" && return
   CUDA_VISIBLE_DEVICES=0 timeout 60 env "$@" "$B/tests/gpu/device_allreduce" 2 "$bytes" "$iters" \
-    >"$WORK/devar-$mode-$bytes.log" 2>&1
+    "$blocks" >"$WORK/$name.log" 2>&1
   rc=$?
-  if grep -q '^device_allreduce: .* us per allreduce' "$WORK/devar-$mode-$bytes.log"; then
-    grep '^device_allreduce: ' "$WORK/devar-$mode-$bytes.log" >>"$WORK/devar.txt"
+  if grep -q '^device_allreduce: .* us per allreduce' "$WORK/$name.log"; then
+    grep '^device_allreduce: ' "$WORK/$name.log" >>"$WORK/$file"
   else
-    echo "FAILED $mode $bytes rc=$rc" >>"$WORK/devar.txt"
+    echo "FAILED ${name#*-} rc=$rc" | sed 's/-/ /' >>"$WORK/$file"
     failed=1
-    tail -3 "$WORK/devar-$mode-$bytes.log" | sed 's/^/   | /'
+    tail -3 "$WORK/$name.log" | sed 's/^/   | /'
   fi
   [ "$rc" = 0 ] || failed=1
 }
 : >"$WORK/devar.txt"
 for bytes in $SIZES; do
   say "device API, $bytes B"
-  devar ipc "$bytes" 1000
-  devar proxy "$bytes" 200 FLAGCX_IPC_DISABLE=1
+  devar devar.txt "devar-ipc-$bytes" "$bytes" 1000 0
+  devar devar.txt "devar-proxy-$bytes" "$bytes" 200 0 FLAGCX_IPC_DISABLE=1
 done
+# The example's blocks at the largest size against other counts (its fourth
+# argument), over CUDA IPC.
+: >"$WORK/blocks.txt"
+if [ -n "$BLOCKS" ]; then
+  say "device API, $max B by blocks ($BLOCKS)"
+  for nb in $BLOCKS; do devar blocks.txt "blocks-ipc-$nb" "$max" 1000 "$nb"; done
+fi
 
 # ---- the engine on device buffers, the same two ranks ----
 if [ "$engine" = 1 ] && ! late engine; then
