@@ -63,7 +63,7 @@ constexpr long long kTightCycles = 8192; /* about 4-5 us of SM clock */
 
 __device__ inline Spin spinStart() { return Spin{clock64(), 0u}; }
 
-__device__ inline void pause(Spin &s) {
+__device__ inline void spinOnce(Spin &s) {
   if (s.ns == 0) {
     if (clock64() - s.start < kTightCycles) return;
     s.ns = 32;
@@ -161,7 +161,7 @@ __device__ inline void enqueue(const View *v, const flagcxDevDesc &d) {
   uint64_t t = atomicAdd(reinterpret_cast<unsigned long long *>(v->tickets), 1ull);
   flagcxDevDesc *s = &q->slot[t & (q->capacity - 1)];
   Spin spin = spinStart();
-  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t) pause(spin); /* ring full */
+  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t) spinOnce(spin); /* ring full */
   volatile uint64_t *to = reinterpret_cast<volatile uint64_t *>(s);
   const uint64_t *from = reinterpret_cast<const uint64_t *>(&d);
   for (size_t i = 0; i < offsetof(flagcxDevDesc, seq) / 8; i++) to[i] = from[i];
@@ -207,7 +207,7 @@ __device__ inline void spinUntil(const uint64_t *word, uint64_t least, uint64_t 
   Spin spin = spinStart();
   while (masked(SysAtomic(*const_cast<uint64_t *>(word)).load(cuda::memory_order_acquire) - base,
                 bits) < least)
-    pause(spin);
+    spinOnce(spin);
 }
 
 struct PutArgs {

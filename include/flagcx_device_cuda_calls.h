@@ -129,7 +129,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevWaitSignal(
     flagcx_dev::Spin spin = flagcx_dev::spinStart();
     while (flagcxDevReadSignal(comm, signal, bits, contextId, order) <
            flagcx_dev::masked(least, bits))
-      flagcx_dev::pause(spin);
+      flagcx_dev::spinOnce(spin);
   }
   flagcx_dev::coopSync(coopKind);
 }
