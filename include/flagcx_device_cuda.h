@@ -5,8 +5,13 @@
  * Two paths, one per device communicator (flagcxDevCommCreate picks it):
  *  - every peer mapped by CUDA IPC (one host, all ranks CUDA): data moves by
  *    stores and loads of the cooperative group, signals and barriers are
- *    system-scope atomics on the peers' words, counters on this rank's; the
- *    data of a put is fenced (__threadfence_system) before its signal;
+ *    release atomics on the peers' words, counters on this rank's; the data
+ *    of a put is fenced before its signal.  Fences and signals take the
+ *    call's scope where the peer runs on this GPU (FLAGCX_MEMORY_SCOPE_DEVICE
+ *    and narrower: __threadfence, GPU-scope atomics), system scope for a
+ *    peer on another GPU whatever the call asks; waits poll with
+ *    system-scope acquire loads, tightly for a few microseconds, then with
+ *    __nanosleep backoff;
  *  - via the proxy (view->queue set: another host, a host rank, IPC off):
  *    one member of the group writes one descriptor per put, get, value or
  *    signal into the ring in host memory the GPU maps (ticket from a device
@@ -33,6 +38,39 @@ namespace flagcx_dev {
 using View = flagcxDevCommView;
 using Mem = flagcxDevMemView;
 using SysAtomic = cuda::atomic_ref<uint64_t, cuda::thread_scope_system>;
+using GpuAtomic = cuda::atomic_ref<uint64_t, cuda::thread_scope_device>;
+
+/* Whether a call to world rank w may fence at GPU scope: the caller asked
+ * for less than system scope and w runs on this GPU (its memory, and the
+ * kernels that wait on it, are here).  Peers on another GPU and host memory
+ * (the proxy's path) always get system scope. */
+__device__ inline bool gpuScope(const View *v, int w, flagcxDevMemoryScope_t scope) {
+  return scope != FLAGCX_MEMORY_SCOPE_SYSTEM && v->sameDevice && v->sameDevice[w];
+}
+
+__device__ inline void fence(bool gpu) {
+  if (gpu) __threadfence();
+  else __threadfence_system();
+}
+
+/* Waiting: tight polls for the first few microseconds (a peer's store
+ * usually lands within them), then __nanosleep doubling up to 1 us. */
+struct Spin {
+  long long start;
+  unsigned ns; /* 0 while polling tightly */
+};
+constexpr long long kTightCycles = 8192; /* about 4-5 us of SM clock */
+
+__device__ inline Spin spinStart() { return Spin{clock64(), 0u}; }
+
+__device__ inline void spinOnce(Spin &s) {
+  if (s.ns == 0) {
+    if (clock64() - s.start < kTightCycles) return;
+    s.ns = 32;
+  }
+  __nanosleep(s.ns);
+  if (s.ns < 1024) s.ns *= 2;
+}
 
 struct Coop {
   unsigned rank, size;
@@ -122,11 +160,8 @@ __device__ inline void enqueue(const View *v, const flagcxDevDesc &d) {
   flagcxDevQueue *q = v->queue;
   uint64_t t = atomicAdd(reinterpret_cast<unsigned long long *>(v->tickets), 1ull);
   flagcxDevDesc *s = &q->slot[t & (q->capacity - 1)];
-  unsigned ns = 32;
-  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t) { /* the ring is full */
-    __nanosleep(ns);
-    if (ns < 1024) ns *= 2;
-  }
+  Spin spin = spinStart();
+  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t) spinOnce(spin); /* ring full */
   volatile uint64_t *to = reinterpret_cast<volatile uint64_t *>(s);
   const uint64_t *from = reinterpret_cast<const uint64_t *>(&d);
   for (size_t i = 0; i < offsetof(flagcxDevDesc, seq) / 8; i++) to[i] = from[i];
@@ -142,7 +177,9 @@ __device__ inline flagcxDevDesc desc(uint32_t op, int w) {
   return d;
 }
 
-__device__ inline void signalRow(const View *v, int w, uint32_t row, uint64_t add) {
+/* Adds `add` to row `row` at world rank w; `gpu`: a release at GPU scope
+ * (gpuScope said so), else system scope. */
+__device__ inline void signalRow(const View *v, int w, uint32_t row, uint64_t add, bool gpu) {
   if (v->queue) {
     flagcxDevDesc d = desc(flagcxDevOpSignal, w);
     d.signal = row;
@@ -152,7 +189,8 @@ __device__ inline void signalRow(const View *v, int w, uint32_t row, uint64_t ad
   }
   uint64_t *words = v->peerWords[w];
   size_t at = (size_t)row * (size_t)v->nRanks + (size_t)v->rank;
-  SysAtomic(words[at]).fetch_add(add, cuda::memory_order_release);
+  if (gpu) GpuAtomic(words[at]).fetch_add(add, cuda::memory_order_release);
+  else SysAtomic(words[at]).fetch_add(add, cuda::memory_order_release);
 }
 
 __device__ inline uint64_t rowSum(const View *v, uint32_t row) {
@@ -166,12 +204,10 @@ __device__ inline uint64_t masked(uint64_t x, int bits) {
 }
 
 __device__ inline void spinUntil(const uint64_t *word, uint64_t least, uint64_t base, int bits) {
-  unsigned ns = 32;
+  Spin spin = spinStart();
   while (masked(SysAtomic(*const_cast<uint64_t *>(word)).load(cuda::memory_order_acquire) - base,
-                bits) < least) {
-    __nanosleep(ns);
-    if (ns < 1024) ns *= 2;
-  }
+                bits) < least)
+    spinOnce(spin);
 }
 
 struct PutArgs {
@@ -180,6 +216,7 @@ struct PutArgs {
   flagcxDevTeamKind_t team;
   int peer;
   flagcxDevCoopKind_t coop;
+  flagcxDevMemoryScope_t scope;
   uint32_t signal, counter;
   uint64_t add;
 };
@@ -205,10 +242,11 @@ __device__ inline void put(const PutArgs &a, const char *fn) {
   }
   if (!mappedOk(v, fn, d->peerBase[w], w)) return;
   coopCopy(d->peerBase[w] + a.dstOff, s->base + a.srcOff, a.bytes, coopOf(a.coop));
-  __threadfence_system();
+  bool gpu = gpuScope(v, w, a.scope);
+  fence(gpu);
   coopSync(a.coop);
   if (coopOf(a.coop).rank == 0) {
-    if (a.signal != FLAGCX_DEV_NONE) signalRow(v, w, a.signal, a.add);
+    if (a.signal != FLAGCX_DEV_NONE) signalRow(v, w, a.signal, a.add, gpu);
     if (a.counter != FLAGCX_DEV_NONE)
       SysAtomic(v->counters[a.counter]).fetch_add(1, cuda::memory_order_release);
   }
@@ -217,7 +255,7 @@ __device__ inline void put(const PutArgs &a, const char *fn) {
 
 __device__ inline void putValue(const void *comm, const void *dst, size_t dstOff, uint64_t value,
                                 flagcxDevTeamKind_t team, int peer, flagcxDevCoopKind_t coop,
-                                uint32_t signal, uint64_t add) {
+                                flagcxDevMemoryScope_t scope, uint32_t signal, uint64_t add) {
   const View *v = (const View *)comm;
   const Mem *d = (const Mem *)dst;
   int w = worldOf(v, team, peer, "flagcxDevPutValue");
@@ -230,19 +268,29 @@ __device__ inline void putValue(const void *comm, const void *dst, size_t dstOff
     x.dstMem = d->id, x.dstOff = dstOff, x.value = value, x.signal = signal, x.add = add;
     enqueue(v, x);
   } else if (coopOf(coop).rank == 0) {
-    SysAtomic(*reinterpret_cast<uint64_t *>(d->peerBase[w] + dstOff))
-        .store(value, cuda::memory_order_release);
-    if (signal != FLAGCX_DEV_NONE) signalRow(v, w, signal, add);
+    uint64_t &at = *reinterpret_cast<uint64_t *>(d->peerBase[w] + dstOff);
+    bool gpu = gpuScope(v, w, scope);
+    if (gpu) GpuAtomic(at).store(value, cuda::memory_order_release);
+    else SysAtomic(at).store(value, cuda::memory_order_release);
+    if (signal != FLAGCX_DEV_NONE) signalRow(v, w, signal, add, gpu);
   }
   coopSync(coop);
 }
 
-__device__ inline void arrive(const View *v, flagcxDevTeamKind_t team, uint32_t index) {
+/* GPU scope for a barrier when every member of the team runs on this GPU. */
+__device__ inline bool teamGpuScope(const View *v, flagcxDevTeamKind_t team,
+                                    flagcxDevMemoryScope_t scope) {
+  for (int i = 0; i < v->teamSize[team]; i++)
+    if (!gpuScope(v, v->teamWorld[team][i], scope)) return false;
+  return true;
+}
+
+__device__ inline void arrive(const View *v, flagcxDevTeamKind_t team, uint32_t index, bool gpu) {
   int row = v->barrierRow[team] + (int)index;
   SysAtomic(v->epoch[row]).fetch_add(1, cuda::memory_order_relaxed);
-  __threadfence_system();
+  fence(gpu);
   for (int i = 0; i < v->teamSize[team]; i++)
-    if (i != v->teamRank[team]) signalRow(v, v->teamWorld[team][i], (uint32_t)row, 1);
+    if (i != v->teamRank[team]) signalRow(v, v->teamWorld[team][i], (uint32_t)row, 1, gpu);
 }
 
 __device__ inline void barrierWait(const View *v, flagcxDevTeamKind_t team, uint32_t index) {

@@ -9,9 +9,9 @@
       size_t bytes, flagcxDevTeamKind_t teamKind, int peer, flagcxDevContext_t contextId,     \
       flagcxDevCoopKind_t coopKind, flagcxDevMemoryScope_t scope, flagcxDevMemoryOrder_t order
 #define FLAGCX_CUDA_PUT(fn, sig, add, ctr)                                                    \
-  (void)contextId, (void)scope, (void)order;                                                 \
+  (void)contextId, (void)order;                                                              \
   flagcx_dev::PutArgs a = {comm, dst, src, dstOffset, srcOffset, bytes, teamKind, peer,       \
-                           coopKind, sig, ctr, add};                                         \
+                           coopKind, scope, sig, ctr, add};                                  \
   flagcx_dev::put(a, fn)
 
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevPut(FLAGCX_CUDA_PUT_PARAMS) {
@@ -42,7 +42,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevPut_RSigAdd_LCtrInc(
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevGet(
     const void *comm, const void *src, size_t srcOffset, const void *dst, size_t dstOffset,
     size_t bytes, flagcxDevTeamKind_t teamKind, int peer, flagcxDevContext_t,
-    flagcxDevCoopKind_t coopKind, flagcxDevMemoryScope_t, flagcxDevMemoryOrder_t) {
+    flagcxDevCoopKind_t coopKind, flagcxDevMemoryScope_t scope, flagcxDevMemoryOrder_t) {
   const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   const flagcx_dev::Mem *s = (const flagcx_dev::Mem *)src, *d = (const flagcx_dev::Mem *)dst;
   int w = flagcx_dev::worldOf(v, teamKind, peer, "flagcxDevGet");
@@ -61,7 +61,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevGet(
     return;
   }
   if (!flagcx_dev::mappedOk(v, "flagcxDevGet", s->peerBase[w], w)) return;
-  __threadfence_system();
+  flagcx_dev::fence(flagcx_dev::gpuScope(v, w, scope));
   flagcx_dev::coopCopy(d->base + dstOffset, s->peerBase[w] + srcOffset, bytes,
                        flagcx_dev::coopOf(coopKind));
   flagcx_dev::coopSync(coopKind);
@@ -70,31 +70,35 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevGet(
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevPutValue(
     const void *comm, const void *dst, size_t dstOffset, uint64_t value,
     flagcxDevTeamKind_t teamKind, int peer, flagcxDevContext_t, flagcxDevCoopKind_t coopKind,
-    flagcxDevMemoryScope_t, flagcxDevMemoryOrder_t) {
-  flagcx_dev::putValue(comm, dst, dstOffset, value, teamKind, peer, coopKind, FLAGCX_DEV_NONE, 0);
+    flagcxDevMemoryScope_t scope, flagcxDevMemoryOrder_t) {
+  flagcx_dev::putValue(comm, dst, dstOffset, value, teamKind, peer, coopKind, scope,
+                       FLAGCX_DEV_NONE, 0);
 }
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevPutValue_RSigInc(
     const void *comm, const void *dst, size_t dstOffset, uint64_t value,
     flagcxDevTeamKind_t teamKind, int peer, flagcxDevContext_t, flagcxDevCoopKind_t coopKind,
-    flagcxDevMemoryScope_t, flagcxDevMemoryOrder_t, flagcxDevSignal_t remoteSignal) {
-  flagcx_dev::putValue(comm, dst, dstOffset, value, teamKind, peer, coopKind, remoteSignal, 1);
+    flagcxDevMemoryScope_t scope, flagcxDevMemoryOrder_t, flagcxDevSignal_t remoteSignal) {
+  flagcx_dev::putValue(comm, dst, dstOffset, value, teamKind, peer, coopKind, scope,
+                       remoteSignal, 1);
 }
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevPutValue_RSigAdd(
     const void *comm, const void *dst, size_t dstOffset, uint64_t value,
     flagcxDevTeamKind_t teamKind, int peer, flagcxDevContext_t, flagcxDevCoopKind_t coopKind,
-    flagcxDevMemoryScope_t, flagcxDevMemoryOrder_t, flagcxDevSignal_t remoteSignal,
+    flagcxDevMemoryScope_t scope, flagcxDevMemoryOrder_t, flagcxDevSignal_t remoteSignal,
     uint64_t signalValue) {
-  flagcx_dev::putValue(comm, dst, dstOffset, value, teamKind, peer, coopKind, remoteSignal,
-                       signalValue);
+  flagcx_dev::putValue(comm, dst, dstOffset, value, teamKind, peer, coopKind, scope,
+                       remoteSignal, signalValue);
 }
 
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevSignalAdd(
     const void *comm, flagcxDevTeamKind_t teamKind, int peer, flagcxDevSignal_t signal,
-    uint64_t value, flagcxDevContext_t, flagcxDevCoopKind_t coopKind, flagcxDevMemoryScope_t) {
+    uint64_t value, flagcxDevContext_t, flagcxDevCoopKind_t coopKind,
+    flagcxDevMemoryScope_t scope) {
   const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   int w = flagcx_dev::worldOf(v, teamKind, peer, "flagcxDevSignalAdd");
   flagcx_dev::coopSync(coopKind);
-  if (w >= 0 && flagcx_dev::coopOf(coopKind).rank == 0) flagcx_dev::signalRow(v, w, signal, value);
+  if (w >= 0 && flagcx_dev::coopOf(coopKind).rank == 0)
+    flagcx_dev::signalRow(v, w, signal, value, flagcx_dev::gpuScope(v, w, scope));
   flagcx_dev::coopSync(coopKind);
 }
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevSignalInc(
@@ -122,12 +126,10 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevWaitSignal(
     flagcxDevContext_t contextId, flagcxDevCoopKind_t coopKind, flagcxDevMemoryOrder_t order) {
   flagcx_dev::coopSync(coopKind);
   if (flagcx_dev::coopOf(coopKind).rank == 0) {
-    unsigned ns = 32;
+    flagcx_dev::Spin spin = flagcx_dev::spinStart();
     while (flagcxDevReadSignal(comm, signal, bits, contextId, order) <
-           flagcx_dev::masked(least, bits)) {
-      __nanosleep(ns);
-      if (ns < 1024) ns *= 2;
-    }
+           flagcx_dev::masked(least, bits))
+      flagcx_dev::spinOnce(spin);
   }
   flagcx_dev::coopSync(coopKind);
 }
@@ -180,12 +182,13 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevWaitSignalMeetShadow(
 
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevBarrierArrive(
     const void *comm, flagcxDevTeamKind_t teamKind, uint32_t index, flagcxDevContext_t,
-    flagcxDevCoopKind_t coopKind, flagcxDevMemoryOrder_t, flagcxDevMemoryScope_t) {
+    flagcxDevCoopKind_t coopKind, flagcxDevMemoryOrder_t, flagcxDevMemoryScope_t scope) {
   const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   if (!flagcx_dev::barrierOk(v, teamKind, index)) return;
-  __threadfence_system();
+  bool gpu = flagcx_dev::teamGpuScope(v, teamKind, scope);
+  flagcx_dev::fence(gpu);
   flagcx_dev::coopSync(coopKind);
-  if (flagcx_dev::coopOf(coopKind).rank == 0) flagcx_dev::arrive(v, teamKind, index);
+  if (flagcx_dev::coopOf(coopKind).rank == 0) flagcx_dev::arrive(v, teamKind, index, gpu);
   flagcx_dev::coopSync(coopKind);
 }
 FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevBarrierWait(

@@ -152,6 +152,10 @@ struct flagcxDevCommView {
   struct flagcxDevQueue *queue;  /* to the proxy thread */
   int32_t *error;                /* the first bad use or failure (flagcxResult_t), sticky */
   uint64_t *tickets; /* CUDA kernels via the proxy: the ring's next ticket (device memory) */
+  /* CUDA kernels, every peer mapped: [world rank] 1 when that rank runs on
+   * this rank's GPU, where a scope narrower than system is honoured; null
+   * otherwise (host ranks, via the proxy). */
+  const uint8_t *sameDevice;
 };
 
 struct flagcxDevMemView {

@@ -17,6 +17,9 @@
 #                            a command) instead of the default: the quick shape
 #                            (nranks 1-5) with all 12 dtypes (MR_DTYPES=all)
 #   GPU_CHECK_TESTS=0        skip the tests (benchmarks only)
+#   GPU_CHECK_DEVAPI_ONLY=1  only the device API's tests (IPC, proxy, mixed,
+#                            range checks, two netns hosts): builds and runs
+#                            just those, in a few minutes
 #   GPU_CHECK_BENCH=0        skip the benchmarks (tests only)
 #   GPU_CHECK_PREBUILT=1     use the binaries already in <builddir> (no meson,
 #                            no ninja): a build made elsewhere with the same layout
@@ -75,7 +78,10 @@ elif [ ! -f "$B/build.ninja" ]; then
   meson setup "$B" -Dcuda=enabled -Dnccl=enabled -Dgpu_archs=90 -Dtorch=disabled >"$OUTDIR/setup.log" 2>&1 ||
     { tail -40 "$OUTDIR/setup.log"; echo "gpu-check: meson setup failed"; exit 1; }
 fi
-targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_fold_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test tests/gpu/cuda_devapi_test tests/gpu/device_allreduce"
+devapi_targets="tests/gpu/cuda_devapi_test tests/gpu/cuda_devapi_test_checked tests/gpu/device_allreduce"
+DEVAPI_ONLY=${GPU_CHECK_DEVAPI_ONLY:-0}
+targets="tests/gpu/cuda_adapter_test tests/gpu/cuda_fold_test tests/gpu/cuda_multi_test tests/gpu/cuda_onesided_test tests/gpu/bench_cuda tests/gpu/bench_engine tests/gpu/bench_onesided tests/gpu/bench_nccl tests/multirank/coll_test $devapi_targets"
+[ "$DEVAPI_ONLY" = 1 ] && targets=$devapi_targets
 [ "${GPU_CHECK_EXTRA_TESTS:-0}" = 1 ] && targets=""
 if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
   :
@@ -107,35 +113,73 @@ run_test() {  # name, command...
     *) result[$name]="FAIL (exit $rc)" ;;
   esac
 }
+# The MPS daemon around the device API's runs: their ranks share the GPU and
+# spin on each other inside kernels (time-sliced without it).
+mps=0
+mps_start() {
+  command -v nvidia-cuda-mps-control >/dev/null || return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/flagcx-gpu-check-mps/pipe
+  export CUDA_MPS_LOG_DIRECTORY=/tmp/flagcx-gpu-check-mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && mps=1 && sleep 1
+}
+mps_stop() {
+  [ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control
+  mps=0
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+trap mps_stop EXIT
+# A checked kernel's line for cuda_devapi_test's put past the window: it
+# must name block (0,0,0), thread (0,0,0) and the offset the test announced.
+devapi_check_line() {
+  local log=$OUTDIR/$1.log off
+  case ${result[$1]} in PASS*) ;; *) return ;; esac
+  off=$(sed -n 's/^device checks: a put past the window, offset \([0-9]*\), 8 bytes$/\1/p' "$log" | head -1)
+  grep -qF "flagcx device check: block (0,0,0) thread (0,0,0): flagcxDevPut: range past the memory (offset, bytes): ${off:-?} 8" "$log" ||
+    result[$1]="FAIL (no device-check line naming block (0,0,0), thread (0,0,0) and offset ${off:-?})"
+}
 TESTS=${GPU_CHECK_TESTS:-1}
 BENCH=${GPU_CHECK_BENCH:-1}
-if [ "$TESTS" = 1 ]; then
+if [ "$DEVAPI_ONLY" = 1 ]; then
+  BENCH=0
+elif [ "$TESTS" = 1 ]; then
   run_test cuda-adapter timeout 300 "$B/tests/gpu/cuda_adapter_test"
   run_test cuda-fold timeout 300 "$B/tests/gpu/cuda_fold_test"
   run_test cuda-multi timeout 600 "$B/tests/gpu/cuda_multi_test"
   run_test cuda-onesided timeout 600 "$B/tests/gpu/cuda_onesided_test"
-  # The device API from CUDA kernels, ranks sharing the GPU (they spin on
-  # each other: MPS, or the driver's time-slicing).
+fi
+if [ "$TESTS" = 1 ]; then
+  # The device API from CUDA kernels, ranks sharing the GPU under MPS.
+  mps_start
   run_test cuda-devapi-2 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2
   run_test cuda-devapi-4 timeout 300 "$B/tests/gpu/cuda_devapi_test" 4
   # The proxy path from kernels: IPC off (every call through the proxy, the
-  # windows in host memory the GPU maps), a host rank beside a CUDA rank,
-  # and two netns "hosts" (the proxy over sockets).
+  # windows in host memory the GPU maps) and a host rank beside a CUDA rank.
   run_test cuda-devapi-noipc-2 env FLAGCX_IPC_DISABLE=1 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2
   run_test cuda-devapi-mixed-2 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2 mixed
-  run_test cuda-devapi-netns-2 timeout 300 tests/netns/two_hosts.sh "$B/tests/gpu/cuda_devapi_test" --rank
   run_test device-allreduce-noipc-2 env FLAGCX_IPC_DISABLE=1 timeout 300 "$B/tests/gpu/device_allreduce" 2 4096 200
+  # The kernels' range checks (FLAGCX_DEVICE_CHECKS, which -Ddevice_checks=true
+  # gives every kernel built against flagcx.pc): rank 0's put past the window
+  # is printed and skipped, and flagcxDevCommDestroy returns the error.
+  run_test cuda-devapi-checks timeout 120 "$B/tests/gpu/cuda_devapi_test_checked" 2
+  devapi_check_line cuda-devapi-checks
+  mps_stop
+  # Two netns "hosts" (the proxy over sockets), outside MPS (its clients in
+  # other namespaces were never tried): the driver time-slices the two.
+  run_test cuda-devapi-netns-2 timeout 180 tests/netns/two_hosts.sh "$B/tests/gpu/cuda_devapi_test" --rank
 fi
 if [ "$BENCH" = 1 ]; then
   run_test benchmark timeout 180 "$B/tests/gpu/bench_cuda" "$MIB"
   run_test engine-bench timeout 600 "$B/tests/gpu/bench_engine" 2 "$MIB"
   run_test onesided-bench timeout 300 "$B/tests/gpu/bench_onesided" "$MIB"
+  mps_start
   for bytes in 8 4096 65536; do
     run_test device-allreduce-$bytes timeout 300 "$B/tests/gpu/device_allreduce" 2 $bytes 1000
   done
+  mps_stop
   [ -x "$B/tests/gpu/bench_nccl" ] && run_test nccl-bench timeout 300 "$B/tests/gpu/bench_nccl" 256
 fi
-if [ "$TESTS" = 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
+if [ "$TESTS" = 1 ] && [ "$DEVAPI_ONLY" != 1 ] && [ "${GPU_CHECK_MATRIX:-1}" = 1 ]; then
   # The engine's correctness matrix on device buffers, ranks sharing the GPU:
   # every shipped algorithm x dtypes x ops x counts x in-place x roots, with
   # all 12 dtypes (MR_DTYPES=all) at the quick shape by default, or the full

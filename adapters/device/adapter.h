@@ -99,6 +99,9 @@ class DeviceAdapter {
   // reference comes from a peer: its offset, and the length the peer says
   // it has, are checked against this before any access.
   virtual uint64_t ipcMappedBytes(void * /*base*/) { return 0; }
+  // 16 bytes naming the current device among the processes of a host (the
+  // GPU's UUID); false where the adapter has none.
+  virtual bool deviceUuid(unsigned char * /*out16*/) { return false; }
   virtual size_t ipcIdBytes() { return 0; }  // the id is the ref's first ipcIdBytes()
   // Copy and reduce through the adapter's private stream without waiting:
   // `flush` waits for everything issued so.  Defaults: the synchronous calls.

@@ -154,12 +154,15 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
     flagcxDevCommRequirements reqs;
     int32_t kind;
     int32_t ipc;  // a CUDA rank whose device memory same-host peers may map
+    int32_t hasGpu;
+    unsigned char gpu[16];  // its GPU's UUID (kernels' scopes, devcomm_cuda.cc)
   };
   std::vector<Rec> all(static_cast<size_t>(comm->nranks));
   Rec mine{};
   memcpy(&mine.reqs, &reqs, sizeof(reqs));
   mine.kind = static_cast<int32_t>(comm->dev->kind());
   mine.ipc = comm->dev->ipcSupported() && paramInt(Param::IPC_DISABLE) == 0;
+  mine.hasGpu = comm->dev->deviceUuid(mine.gpu);
   all[static_cast<size_t>(comm->rank)] = mine;
   FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(Rec)));
   bool anyCuda = false, mixed = false, noIpc = false;
@@ -182,6 +185,8 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
   // CUDA kernels go direct only when every pair of ranks is mapped by CUDA
   // IPC; otherwise every call of theirs goes through the proxy.
   dc->viaProxy = dc->cuda && (mixed || noIpc || comm->nNodes > 1);
+  for (const Rec &x : all)
+    dc->sameGpu.push_back(mine.hasGpu && x.hasGpu && memcmp(x.gpu, mine.gpu, sizeof(x.gpu)) == 0);
   makeTeams(comm, dc.get());
   flagcxResult_t rc = layout(comm, dc.get());
   if (rc == flagcxSuccess) rc = os->windowRegister(dc->block, dc->blockBytes, 0, &dc->blockWin);

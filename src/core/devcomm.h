@@ -50,6 +50,7 @@ struct flagcxDevCommInternal {
   flagcxDevCommRequirements reqs{};
   std::vector<int32_t> team[3];
   std::vector<uint64_t *> peerWords;
+  std::vector<uint8_t> sameGpu;  // [rank]: its GPU is this rank's (CUDA ranks)
   std::vector<uint64_t> local;  // signal bases, shadows, counters, barrier epochs
   void *block = nullptr;        // this rank's signal/barrier words (shareable)
   size_t blockBytes = 0;

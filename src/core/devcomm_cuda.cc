@@ -6,7 +6,9 @@
 // rank by devCommCreate:
 //  - every pair of ranks mapped by CUDA IPC (one host, all CUDA, IPC on):
 //    everything in device memory, peers' blocks and DevMems mapped, kernels
-//    store and load directly;
+//    store and load directly (with a per-peer flag: on this GPU or not,
+//    from the GPU UUIDs devCommCreate exchanges, which decides the scope
+//    kernels fence with);
 //  - otherwise (another host, a host rank, FLAGCX_IPC_DISABLE=1), "via the
 //    proxy": the block, the counters and the descriptor ring are host memory
 //    the GPU maps (cudaHostAlloc mapped, same address on both sides), so the
@@ -109,6 +111,13 @@ flagcxResult_t cudaPublish(flagcxDevCommInternal *dc) {
   uint64_t **pw = nullptr;
   FLAGCX_CHECK(devCopy(dev, &dc->dev, words.data(), words.size(), &pw));
   d.peerWords = pw;
+  // Narrow scopes apply to peers whose memory (and waiters) are on this GPU.
+  d.sameDevice = nullptr;
+  if (!dc->viaProxy) {
+    uint8_t *same = nullptr;
+    FLAGCX_CHECK(devCopy(dev, &dc->dev, dc->sameGpu.data(), dc->sameGpu.size(), &same));
+    d.sameDevice = same;
+  }
   flagcxDevCommView *dv = nullptr;
   FLAGCX_CHECK(devCopy(dev, &dc->dev, &d, 1, &dv));
   dc->dev.view = dv;

@@ -110,24 +110,30 @@ DEVAPI_FN void valuesGetsBarriers(const void *c, const void *m, int rank, int n)
 }
 
 // Data before signal: rank 0 puts kRounds rounds to rank n-1, which checks
-// each round as soon as its signal says so.
+// each round as soon as its signal says so; at system scope, then at device
+// scope (GPU-scope fences and signals where the ranks share a GPU), with
+// other values.
 DEVAPI_FN void ordering(const void *c, const void *m, int rank, int n) {
-  if (DEVAPI_TID == 0) flagcxDevResetSignal(c, 0, 0);
-  flagcxDevBarrierSync(c, W, 0, 0, B, FLAGCX_MEMORY_ORDER_ACQ_REL, kSys);
-  size_t base = kChunk * 8;
-  for (int k = 0; k < kRounds; k++) {
-    if (rank == 0) {
-      for (size_t i = DEVAPI_TID; i < kBig; i += DEVAPI_NT) local(m, base + kBig * k)[i] = k + 1;
-      DEVAPI_SYNC();
-      flagcxDevPut_RSigInc(c, m, base + kBig * k, m, base + kBig * k, kBig, W, n - 1, 0, B, kSys,
-                           kRel, 0);
-    } else if (rank == n - 1) {
-      flagcxDevWaitSignal(c, 0, k + 1, 64, 0, B, kAcq);
-      for (size_t i = DEVAPI_TID; i < kBig; i += DEVAPI_NT)
-        DCHECK(((volatile char *)local(m, base + kBig * k))[i] == k + 1);
+  for (int pass = 0; pass < 2; pass++) {
+    auto scope = pass ? FLAGCX_MEMORY_SCOPE_DEVICE : kSys;
+    if (DEVAPI_TID == 0) flagcxDevResetSignal(c, 0, 0);
+    flagcxDevBarrierSync(c, W, 0, 0, B, FLAGCX_MEMORY_ORDER_ACQ_REL, scope);
+    size_t base = kChunk * 8;
+    for (int k = 0; k < kRounds; k++) {
+      char mark = (char)(k + 1 + 16 * pass);
+      if (rank == 0) {
+        for (size_t i = DEVAPI_TID; i < kBig; i += DEVAPI_NT) local(m, base + kBig * k)[i] = mark;
+        DEVAPI_SYNC();
+        flagcxDevPut_RSigInc(c, m, base + kBig * k, m, base + kBig * k, kBig, W, n - 1, 0, B,
+                             scope, kRel, 0);
+      } else if (rank == n - 1) {
+        flagcxDevWaitSignal(c, 0, k + 1, 64, 0, B, kAcq);
+        for (size_t i = DEVAPI_TID; i < kBig; i += DEVAPI_NT)
+          DCHECK(((volatile char *)local(m, base + kBig * k))[i] == mark);
+      }
     }
+    flagcxDevBarrierSync(c, W, 0, 0, B, FLAGCX_MEMORY_ORDER_ACQ_REL, scope);
   }
-  flagcxDevBarrierSync(c, W, 0, 0, B, FLAGCX_MEMORY_ORDER_ACQ_REL, kSys);
 }
 
 }  // namespace devapi

@@ -291,6 +291,15 @@ class CudaAdapter final : public DeviceAdapter {
     }
     return at.type == cudaMemoryTypeDevice;  // managed memory cannot be exported
   }
+  bool deviceUuid(unsigned char *out16) override {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, currentDevice()) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    memcpy(out16, &prop.uuid, 16);
+    return true;
+  }
   flagcxResult_t allocDevice(void **p, size_t bytes) override {
     FLAGCX_CUDA_TRY("cudaMalloc (engine buffer)", cudaMalloc(p, bytes));
     return flagcxSuccess;
