@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "exec/copy_worker.h"
+#include "exec/shm_stage.h"
 #include "exec/state.h"
 #include "rendezvous/rendezvous.h"
 #include "net/net.h"
@@ -326,6 +327,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
 size_t Executor::smallBytes() const { return smallMaxBytes(s_.get()); }
 uint64_t Executor::smallCalls() const { return flagcx::smallCalls(s_.get()); }
 uint64_t Executor::shmDirectCalls() const { return flagcx::shmDirectCalls(s_.get()); }
+uint64_t Executor::shmDirectOverlaps() const { return flagcx::stageOverlaps(s_.get()); }
 int Executor::inFlight() const { return s_->inFlight.load(); }
 flagcxResult_t Executor::asyncError() const {
   return static_cast<flagcxResult_t>(s_->asyncError.load());
