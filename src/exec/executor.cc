@@ -17,8 +17,14 @@ namespace flagcx {
 
 GrowBuf::~GrowBuf() {
   auto release = [&](void *p) {
-    if (mem_ == Mem::Pinned) dev_->freePinned(p);
-    else dev_->freeDevice(p);
+    if (mem_ == Mem::Pinned) {
+      dev_->freePinned(p);
+    } else if (mem_ == Mem::Shared) {
+      dev_->hostUnregister(p);  // (a no-op where hostRegister failed)
+      host::memFree(p);
+    } else {
+      dev_->freeDevice(p);
+    }
   };
   if (p_.load()) release(p_.load());
   for (void *p : retired_) release(p);
@@ -32,9 +38,11 @@ char *GrowBuf::grow(size_t bytes) {
   cap = std::max<size_t>(cap, 2 << 20);
   while (cap < bytes) cap *= 2;
   void *p = nullptr;
-  if ((mem_ == Mem::Pinned ? dev_->allocPinned(&p, cap) : dev_->allocDevice(&p, cap)) !=
-      flagcxSuccess)
-    return nullptr;
+  flagcxResult_t r = mem_ == Mem::Pinned   ? dev_->allocPinned(&p, cap)
+                     : mem_ == Mem::Device ? dev_->allocDevice(&p, cap)
+                                           : host::memAlloc(&p, cap, flagcxMemDevice);
+  if (r != flagcxSuccess || !p) return nullptr;
+  if (mem_ == Mem::Shared) (void)dev_->hostRegister(p, cap);
   if (p_.load()) retired_.push_back(p_.load());
   p_.store(static_cast<char *>(p), std::memory_order_release);
   cap_.store(cap, std::memory_order_release);

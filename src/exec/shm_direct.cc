@@ -36,11 +36,11 @@
 //
 // A staged rank (a CUDA rank without IPC, in a communicator of host and
 // device ranks) takes part on host memory: its adapter copies its input into
-// shareable host copies (stageIn / stageOut, kept, grown and page-locked,
-// so its peers' mappings stay cached), the call works on those as on a host
-// rank's buffers.  The copies run with the call (shm_stage.cc): the peers
-// read each slice of its input as soon as it is on the host, and its output
-// goes back piece by piece as each piece is final.
+// shareable host copies (stageIn / stageOut, kept, grown at enqueue and
+// page-locked, so its peers' mappings stay cached), the call works on those
+// as on a host rank's buffers.  The copies run with the call
+// (shm_stage.cc): the peers read each slice of its input as soon as it is
+// on the host, and its output goes back piece by piece as each is final.
 //
 // Reductions put the rank that owns the destination first (in place its
 // input is read before it is overwritten), then the others in rank order;

@@ -1,6 +1,6 @@
 // A staged rank on the one-host direct path (shm_stage.h): its page-locked
-// shareable copies, its input published slice by slice as the copies
-// complete, and its output sent back as it becomes final.
+// shareable copies grown at enqueue, its input published slice by slice as
+// the copies complete, and its output sent back as it becomes final.
 //
 // The slices are the staged pipeline's (stageSlice: FLAGCX_STAGE_SLICE_SIZE,
 // or chooseStageSlice from the copy rate and per-slice cost measured at
@@ -24,28 +24,23 @@
 
 namespace flagcx {
 
-char *ShareBuf::grow(size_t bytes, DeviceAdapter *dev) {
-  if (bytes <= cap) return p;
-  void *q = nullptr;
-  if (host::memAlloc(&q, bytes, flagcxMemDevice) != flagcxSuccess || !q) return nullptr;
-  release();
-  p = static_cast<char *>(q);
-  cap = bytes;
-  // Unlocked, copies still work, at the pageable rate.
-  if (dev->hostRegister(p, cap) == flagcxSuccess) pinnedBy = dev;
-  return p;
+void reserveShmStage(Job *j) {
+  ExecState *s = j->ex;
+  if (!s->shmDirect) return;
+  SmallShm *sm = s->block->shm.get();
+  size_t in = 0, out = 0;
+  for (size_t k = 0; k < j->ncolls; k++) {
+    const CollItem &ci = j->colls[k];
+    const size_t ts = dtypeSize(ci.a.dtype);
+    const size_t inB = elemsIn(ci, s->nranks) * ts, outB = elemsOut(ci, s->nranks) * ts;
+    if (std::max(inB, outB) <= sm->maxBytes) continue;  // the block's, or the rings'
+    in = std::max(in, inB);
+    out = std::max(out, outB);
+  }
+  if ((in && !sm->stageIn.grow(in)) || (out && !sm->stageOut.grow(out)))
+    INFO(kColl, "rank %d: no shareable staging memory (%zu/%zu bytes); such calls take the rings",
+         s->rank, in, out);
 }
-
-void ShareBuf::release() {
-  if (!p) return;
-  if (pinnedBy) pinnedBy->hostUnregister(p);
-  pinnedBy = nullptr;
-  host::memFree(p);
-  p = nullptr;
-  cap = 0;
-}
-
-ShareBuf::~ShareBuf() { release(); }
 
 void stageResetProgress(ExecState *s) {
   Phase *ph = s->block->shm->lineB(s->rank);
@@ -218,10 +213,10 @@ flagcxResult_t stageDirect(ExecState *s, const CollItem &ci, CollItem *h, bool *
   h->a.send = nullptr;
   h->a.recv = nullptr;
   *ok = false;
-  if (usesRecv && !recvInSend && !(h->a.recv = sm->stageOut.grow(outB, s->dev))) return flagcxSuccess;
+  if (usesRecv && !recvInSend && !(h->a.recv = sm->stageOut.ifFits(outB))) return flagcxSuccess;
   char *in = nullptr;
   if (sendInRecv) in = static_cast<char *>(h->a.recv) + (send - recv);
-  else if (usesSend && !(in = sm->stageIn.grow(inB, s->dev))) return flagcxSuccess;
+  else if (usesSend && !(in = sm->stageIn.ifFits(inB))) return flagcxSuccess;
   if (usesSend) {
     // In slices, each published as it lands (shm_stage.cc); nothing waits here.
     FLAGCX_CHECK(stageFeed(s, in, send, inB));

@@ -40,6 +40,10 @@ struct DirectStage {
   size_t ts = 1;
 };
 
+// A staged rank's shareable copies for the direct calls of job j, grown on
+// the caller's thread when it is enqueued (GrowBuf::Mem::Shared); a call
+// they do not fit takes the rings.
+void reserveShmStage(Job *j);
 // A staged rank's buffers for a direct call: `h` is `ci` on shareable host
 // copies laid out as the caller's; the input's copy issued (stageFeed).
 // *ok false without memory.

@@ -125,7 +125,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     uint32_t ops;
   } shape{};
   Bootstrap *bs = s->env.bs;
-  auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
+  auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm(s->dev));
   if (s->rank == 0) {
     shape.maxBytes = paramInt(Param::SHM_SMALL_BYTES);
     // Direct calls publish their buffers' descriptions in a slot.

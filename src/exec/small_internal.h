@@ -56,24 +56,9 @@ struct DirectDesc {
 
 static_assert(sizeof(DirectDesc) == 328, "FLAGCX_SHM_DIRECT_BYTES's documentation names this size");
 
-// Host memory a sibling process can map (host::memAlloc's memfd kind), grown
-// to the largest call and kept: a staged rank's copies of its device
-// buffers for direct calls, which its peers map once (shm_direct.cc).
-// Page-locked by the rank's adapter (hostRegister) when made, unlocked
-// before it is freed.
-struct ShareBuf {
-  char *p = nullptr;
-  size_t cap = 0;
-  DeviceAdapter *pinnedBy = nullptr;  // the adapter that locked p
-  char *grow(size_t bytes, DeviceAdapter *dev);  // null without memory
-  void release();
-  ShareBuf() = default;
-  ShareBuf(const ShareBuf &) = delete;
-  ShareBuf &operator=(const ShareBuf &) = delete;
-  ~ShareBuf();
-};
-
 struct SmallShm {
+  explicit SmallShm(DeviceAdapter *dev)
+      : stageIn(dev, GrowBuf::Mem::Shared), stageOut(dev, GrowBuf::Mem::Shared) {}
   std::shared_ptr<Segment> seg;
   char *base = nullptr;   // seg's mapping
   size_t maxBytes = 0;    // payload of a slot
@@ -95,7 +80,9 @@ struct SmallShm {
   uint64_t directQuietUntil = 0;
   uint64_t directCalls = 0;                    // calls done that way (tests)
   std::vector<PeerMaps> maps;  // [peer]; uses stamped with the call's word
-  ShareBuf stageIn, stageOut;  // a staged rank's shareable copies (direct calls)
+  // A staged rank's shareable copies for direct calls, which its peers map
+  // once (grown at enqueue: reserveShmStage, shm_stage.cc).
+  GrowBuf stageIn, stageOut;
   // A staged rank's input of the direct call under way, arriving behind
   // marks (shm_stage.cc): slices of `slice` bytes, the first `ready`
   // published.  slice 0: none.
