@@ -157,6 +157,12 @@ class DeviceAdapter {
     return *p ? flagcxSuccess : flagcxSystemError;
   }
   virtual void freePinned(void *p) { free(p); }
+  // Page-lock host memory allocated elsewhere (a shared mapping the one-host
+  // paths copy through), so that copies to and from it run at the pinned
+  // rate; once per mapping, and hostUnregister before it is unmapped.
+  // Default: nothing to do (host memory needs no locking for the host).
+  virtual flagcxResult_t hostRegister(void * /*p*/, size_t /*bytes*/) { return flagcxSuccess; }
+  virtual void hostUnregister(void * /*p*/) {}
   virtual flagcxResult_t mark(uint64_t *m) { *m = 0; return flagcxSuccess; }
   virtual flagcxResult_t reached(uint64_t /*m*/, bool *done) { *done = true; return flagcxSuccess; }
   // Make sure every kernel the engine may launch is loaded, on the caller's

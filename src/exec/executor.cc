@@ -6,6 +6,7 @@
 
 #include "base/base.h"
 #include "exec/copy_worker.h"
+#include "exec/shm_stage.h"
 #include "exec/state.h"
 #include "rendezvous/rendezvous.h"
 #include "net/net.h"
@@ -16,8 +17,14 @@ namespace flagcx {
 
 GrowBuf::~GrowBuf() {
   auto release = [&](void *p) {
-    if (mem_ == Mem::Pinned) dev_->freePinned(p);
-    else dev_->freeDevice(p);
+    if (mem_ == Mem::Pinned) {
+      dev_->freePinned(p);
+    } else if (mem_ == Mem::Shared) {
+      dev_->hostUnregister(p);  // (a no-op where hostRegister failed)
+      host::memFree(p);
+    } else {
+      dev_->freeDevice(p);
+    }
   };
   if (p_.load()) release(p_.load());
   for (void *p : retired_) release(p);
@@ -31,9 +38,11 @@ char *GrowBuf::grow(size_t bytes) {
   cap = std::max<size_t>(cap, 2 << 20);
   while (cap < bytes) cap *= 2;
   void *p = nullptr;
-  if ((mem_ == Mem::Pinned ? dev_->allocPinned(&p, cap) : dev_->allocDevice(&p, cap)) !=
-      flagcxSuccess)
-    return nullptr;
+  flagcxResult_t r = mem_ == Mem::Pinned   ? dev_->allocPinned(&p, cap)
+                     : mem_ == Mem::Device ? dev_->allocDevice(&p, cap)
+                                           : host::memAlloc(&p, cap, flagcxMemDevice);
+  if (r != flagcxSuccess || !p) return nullptr;
+  if (mem_ == Mem::Shared) (void)dev_->hostRegister(p, cap);
   if (p_.load()) retired_.push_back(p_.load());
   p_.store(static_cast<char *>(p), std::memory_order_release);
   cap_.store(cap, std::memory_order_release);
@@ -326,6 +335,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
 size_t Executor::smallBytes() const { return smallMaxBytes(s_.get()); }
 uint64_t Executor::smallCalls() const { return flagcx::smallCalls(s_.get()); }
 uint64_t Executor::shmDirectCalls() const { return flagcx::shmDirectCalls(s_.get()); }
+uint64_t Executor::shmDirectOverlaps() const { return flagcx::stageOverlaps(s_.get()); }
 int Executor::inFlight() const { return s_->inFlight.load(); }
 flagcxResult_t Executor::asyncError() const {
   return static_cast<flagcxResult_t>(s_->asyncError.load());

@@ -75,6 +75,7 @@ class Executor {
   size_t smallBytes() const;
   uint64_t smallCalls() const;  // collectives that took the shared block (tests)
   uint64_t shmDirectCalls() const;  // collectives done straight between buffers (tests)
+  uint64_t shmDirectOverlaps() const;  // ... where peers started before a staged input was down (tests)
   int inFlight() const;                  // jobs enqueued and not finished
   flagcxResult_t asyncError() const;     // the first failure of a job
   std::string lastError() const;         // its log line

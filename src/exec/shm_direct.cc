@@ -36,9 +36,11 @@
 //
 // A staged rank (a CUDA rank without IPC, in a communicator of host and
 // device ranks) takes part on host memory: its adapter copies its input into
-// shareable host copies (stageIn / stageOut, kept and grown, so its peers'
-// mappings stay cached), the call works on those as on a host rank's
-// buffers, and its output goes back to the device once every rank is done.
+// shareable host copies (stageIn / stageOut, kept, grown at enqueue and
+// page-locked, so its peers' mappings stay cached), the call works on those
+// as on a host rank's buffers.  The copies run with the call
+// (shm_stage.cc): the peers read each slice of its input as soon as it is
+// on the host, and its output goes back piece by piece as each is final.
 //
 // Reductions put the rank that owns the destination first (in place its
 // input is read before it is overwritten), then the others in rank order;
@@ -51,10 +53,12 @@
 // and this call does not use them, or the communicator ends.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/base.h"
+#include "exec/shm_stage.h"
 #include "exec/small_internal.h"
 #include "net/net.h"
 #include "rendezvous/rendezvous.h"
@@ -189,6 +193,7 @@ struct DirectCall {
   flagcxRedOp_t op;  // Avg reduces as Sum, then divides (not when ordered: the fold divides)
   size_t piece;
   char *send[kMaxRanks] = {}, *recv[kMaxRanks] = {};
+  DirectStage *st = nullptr;  // a staged rank in the call (shm_stage.h); null: none
 
   flagcxResult_t reduce2(char *dst, const char *x, const char *y, size_t c) const {
     return onDevice ? dev->reduceAsync(dst, x, y, c, a->dtype, op) : hostReduce(dst, x, y, c, a->dtype, op);
@@ -200,29 +205,47 @@ struct DirectCall {
     else copyBytes(dst, src, len);
     return flagcxSuccess;
   }
-  // dst[0, count) = the reduction of src(q)[0, count) over q, `first` first.
-  // Ordered: the fold of src(0..n-1)[0, count) in rank order.
-  template <class Src>
-  flagcxResult_t reduceInto(char *dst, int first, Src src, size_t count) const {
+  // `len` bytes from rank q's input at `off` to dst, a slice at a time when
+  // an input arrives behind marks (each waited for, each written piece of a
+  // staged rank's own output sent back).
+  flagcxResult_t copyIn(char *dst, int q, size_t off, size_t len) const {
+    if (!st) return copy(dst, send[q] + off, len);
+    for (size_t o = 0; o < len; o += st->chunk) {
+      const size_t c = std::min(st->chunk, len - o);
+      FLAGCX_CHECK(stageNeed(*st, q, off + o, c));
+      if (dst + o == send[q] + off + o) continue;
+      FLAGCX_CHECK(copy(dst + o, send[q] + off + o, c));
+      FLAGCX_CHECK(stageWrote(*st, dst + o, c));
+    }
+    return flagcxSuccess;
+  }
+  // dst[0, count) = the reduction of every rank's input from byte `from`
+  // over count elements, `first` first.  Ordered: the fold in rank order.
+  flagcxResult_t reduceInto(char *dst, int first, size_t from, size_t count) const {
     const size_t pe = std::min(piece, std::max<size_t>(count, 1));
     const int second = first == 0 ? 1 : 0;
     for (size_t off = 0; off < count; off += pe) {
       const size_t c = std::min(pe, count - off), bo = off * ts;
-      if (ordered) {
-        const void *srcs[kMaxRanks];
-        for (int q = 0; q < n; q++) srcs[q] = src(q) + bo;
-        FLAGCX_CHECK(onDevice ? dev->foldAsync(dst + bo, srcs, n, c, a->dtype, a->redop)
-                              : hostFold(dst + bo, srcs, n, c, a->dtype, a->redop));
-        continue;
-      }
-      FLAGCX_CHECK(reduce2(dst + bo, src(first) + bo, src(second) + bo, c));
-      for (int q = 0; q < n; q++)
-        if (q != first && q != second) FLAGCX_CHECK(reduce2(dst + bo, dst + bo, src(q) + bo, c));
-      if (a->redop == flagcxAvg)
-        FLAGCX_CHECK(onDevice ? dev->divide(dst + bo, dst + bo, c, a->dtype, static_cast<uint64_t>(n), nullptr)
-                              : hostDivide(dst + bo, dst + bo, c, a->dtype, static_cast<uint64_t>(n)));
+      if (st)
+        for (int q = 0; q < n; q++) FLAGCX_CHECK(stageNeed(*st, q, from + bo, c * ts));
+      FLAGCX_CHECK(reducePiece(dst + bo, first, second, from + bo, c));
+      if (st) FLAGCX_CHECK(stageWrote(*st, dst + bo, c * ts));
     }
     return flagcxSuccess;
+  }
+  flagcxResult_t reducePiece(char *dst, int first, int second, size_t from, size_t c) const {
+    if (ordered) {
+      const void *srcs[kMaxRanks];
+      for (int q = 0; q < n; q++) srcs[q] = send[q] + from;
+      return onDevice ? dev->foldAsync(dst, srcs, n, c, a->dtype, a->redop)
+                      : hostFold(dst, srcs, n, c, a->dtype, a->redop);
+    }
+    FLAGCX_CHECK(reduce2(dst, send[first] + from, send[second] + from, c));
+    for (int q = 0; q < n; q++)
+      if (q != first && q != second) FLAGCX_CHECK(reduce2(dst, dst, send[q] + from, c));
+    if (a->redop != flagcxAvg) return flagcxSuccess;
+    return onDevice ? dev->divide(dst, dst, c, a->dtype, static_cast<uint64_t>(n), nullptr)
+                    : hostDivide(dst, dst, c, a->dtype, static_cast<uint64_t>(n));
   }
   // Rank q's piece [lo, hi) of a reduction spread over the ranks: whole lines each.
   size_t per() const {
@@ -246,6 +269,7 @@ DirectDesc describeBuffers(ExecState *s, const CollItem &ci, bool oneProcess) {
   d.recvAddr = reinterpret_cast<uintptr_t>(a.recv);
   d.usable = true;
   if (s->mode != ExecMode::Direct) {
+    d.inSlice = stageFeedSlice(s);
     if (peersTouchSend(a, me) && a.send)
       d.sendOk = host::memShareRef(a.send, elemsIn(ci, n) * ts, &d.send);
     if (peersTouchRecv(a, me) && a.recv)
@@ -313,20 +337,21 @@ flagcxResult_t directReduce(const DirectCall &dc) {
       const size_t pe = std::min(dc.piece, std::max<size_t>(dc.hi(me) - dc.lo(me), 1));
       for (size_t off = dc.lo(me); off < dc.hi(me); off += pe) {
         const size_t c = std::min(pe, dc.hi(me) - off), bo = off * ts;
-        FLAGCX_CHECK(dc.reduceInto(dc.recv[me] + bo, me, [&](int q) { return dc.send[q] + bo; }, c));
+        FLAGCX_CHECK(dc.reduceInto(dc.recv[me] + bo, me, bo, c));
         for (int k = 1; k < n; k++)
           FLAGCX_CHECK(dc.copy(dc.recv[(me + k) % n] + bo, dc.recv[me] + bo, c * ts, stream));
+        // With a staged rank: how far this rank's piece of every output is final.
+        if (dc.st) FLAGCX_CHECK(stageProgress(*dc.st, (off + c - dc.lo(me)) * ts));
       }
       return flagcxSuccess;
     }
     case OpKind::Reduce: {
       const size_t o = dc.lo(me) * ts;
-      return dc.reduceInto(dc.recv[a.root] + o, a.root, [&](int q) { return dc.send[q] + o; },
-                           dc.hi(me) - dc.lo(me));
+      return dc.reduceInto(dc.recv[a.root] + o, a.root, o, dc.hi(me) - dc.lo(me));
     }
     case OpKind::ReduceScatter: {
       const size_t mine0 = static_cast<size_t>(me) * dc.bytes;
-      return dc.reduceInto(dc.recv[me], me, [&](int q) { return dc.send[q] + mine0; }, a.count);
+      return dc.reduceInto(dc.recv[me], me, mine0, a.count);
     }
     default: return flagcxInternalError;
   }
@@ -343,15 +368,19 @@ flagcxResult_t directAlltoallInPlace(ExecState *s, const DirectCall &dc, uint64_
   char *tmp = dc.onDevice ? s->sched->direct.scratch.grow(aside) : growHeap(s->sched->host.scratch, aside);
   if (!tmp) return flagcxSystemError;
   for (int k = 1; k < n; k++)
-    FLAGCX_CHECK(dc.copy(tmp + static_cast<size_t>(k - 1) * bytes, dc.send[(me + k) % n] + mine0, bytes));
+    FLAGCX_CHECK(dc.copyIn(tmp + static_cast<size_t>(k - 1) * bytes, (me + k) % n, mine0, bytes));
   if (dc.onDevice) FLAGCX_CHECK(dc.dev->flush());
+  // The peers may wait for this rank's input below: all of it published first.
+  if (dc.st) FLAGCX_CHECK(stageNeed(*dc.st, me, 0, static_cast<size_t>(n) * bytes));
   Phase *ph = s->block->shm->lineB(me);
   s->block->shm->released(&ph->read);
   ph->read.store(word, std::memory_order_release);
   FLAGCX_CHECK(waitPhase(s, what, word, [](Phase *x) -> auto & { return x->read; }));
-  for (int k = 1; k < n; k++)
-    FLAGCX_CHECK(dc.copy(dc.recv[me] + static_cast<size_t>((me + k) % n) * bytes,
-                         tmp + static_cast<size_t>(k - 1) * bytes, bytes));
+  for (int k = 1; k < n; k++) {
+    char *dst = dc.recv[me] + static_cast<size_t>((me + k) % n) * bytes;
+    FLAGCX_CHECK(dc.copy(dst, tmp + static_cast<size_t>(k - 1) * bytes, bytes));
+    if (dc.st) FLAGCX_CHECK(stageWrote(*dc.st, dst, bytes));
+  }
   return flagcxSuccess;
 }
 
@@ -364,21 +393,73 @@ flagcxResult_t directCopy(ExecState *s, const DirectCall &dc, uint64_t word, con
     case OpKind::AllGather:
       for (int k = 0; k < n; k++) {
         int q = (me + k) % n;
-        FLAGCX_CHECK(dc.copy(dc.recv[me] + static_cast<size_t>(q) * bytes, dc.send[q], bytes));
+        FLAGCX_CHECK(dc.copyIn(dc.recv[me] + static_cast<size_t>(q) * bytes, q, 0, bytes));
       }
       return flagcxSuccess;
-    case OpKind::Gather: return dc.copy(dc.recv[a.root] + mine0, dc.send[me], bytes);
-    case OpKind::Broadcast: return dc.copy(dc.recv[me], dc.send[a.root], bytes);
-    case OpKind::Scatter: return dc.copy(dc.recv[me], dc.send[a.root] + mine0, bytes);
+    case OpKind::Gather: return dc.copyIn(dc.recv[a.root] + mine0, me, 0, bytes);
+    case OpKind::Broadcast: return dc.copyIn(dc.recv[me], a.root, 0, bytes);
+    case OpKind::Scatter: return dc.copyIn(dc.recv[me], a.root, mine0, bytes);
     case OpKind::AlltoAll:
       if (a.send == a.recv && n > 1) return directAlltoallInPlace(s, dc, word, what);
       for (int k = 0; k < n; k++) {
         int q = (me + k) % n;
-        FLAGCX_CHECK(dc.copy(dc.recv[me] + static_cast<size_t>(q) * bytes, dc.send[q] + mine0, bytes));
+        FLAGCX_CHECK(dc.copyIn(dc.recv[me] + static_cast<size_t>(q) * bytes, q, mine0, bytes));
       }
       return flagcxSuccess;
     default: return directReduce(dc);
   }
+}
+
+// Whether a call has a staged rank in it: this one, or a peer whose input
+// arrives in slices.
+bool hasStagedRank(const ExecState *s, const CollItem &ci) {
+  const SmallShm *sm = s->block->shm.get();
+  const int p = static_cast<int>(ci.seq & 1);
+  bool any = s->mode == ExecMode::Staged;
+  for (int q = 0; q < s->nranks && !any; q++)
+    any = reinterpret_cast<const DirectDesc *>(sm->data(q, p))->inSlice != 0;
+  return any;
+}
+
+// The pipeline of a call with a staged rank (shm_stage.h), on every rank
+// of it: whose inputs arrive in slices and, on a staged rank, how its
+// output goes back.
+void setUpStage(ExecState *s, const CollItem &ci, const CollItem &h, const DirectCall &dc,
+                uint64_t word, const char *what, DirectStage *st) {
+  SmallShm *sm = s->block->shm.get();
+  const int p = static_cast<int>(ci.seq & 1);
+  const bool staged = s->mode == ExecMode::Staged;
+  for (int q = 0; q < dc.n; q++) {
+    st->slice[q] = reinterpret_cast<const DirectDesc *>(sm->data(q, p))->inSlice;
+    st->chunk = std::max(st->chunk, st->slice[q]);
+  }
+  st->s = s;
+  st->sm = sm;
+  st->what = what;
+  st->word = word;
+  st->n = dc.n;
+  st->me = dc.me;
+  st->ts = dc.ts;
+  const size_t outB = elemsOut(ci, dc.n) * dc.ts;
+  if (staged && h.a.recv && ci.a.recv && outB) {
+    st->outHost = static_cast<char *>(h.a.recv);
+    st->outDev = static_cast<char *>(ci.a.recv);
+    st->outBytes = outB;
+    st->chunk = std::max(st->chunk, stageSlice(s, outB));
+    switch (ci.a.op) {
+      case OpKind::AllReduce:
+        st->sink = DirectStage::Sink::Writers;
+        for (int q = 0; q < dc.n; q++) {
+          st->regionLo[q] = dc.lo(q) * dc.ts;
+          st->regionHi[q] = dc.hi(q) * dc.ts;
+        }
+        break;
+      case OpKind::Reduce:
+      case OpKind::Gather: st->sink = DirectStage::Sink::End; break;
+      default: st->sink = DirectStage::Sink::Own;
+    }
+  }
+  st->chunk = std::max<size_t>(st->chunk, kPiece);
 }
 
 // One direct call.  `h` is `ci` with the buffers the call works on (a
@@ -399,6 +480,7 @@ flagcxResult_t directCall(ExecState *s, CollItem &ci, CollItem &h, bool usable, 
                               opIsRooted(a.op) ? a.root : -1);
   DirectDesc d = describeBuffers(s, h, sm->oneProcess);
   if (!usable) d.usable = false;
+  stageResetProgress(s);  // before the descriptor goes out (shm_stage.cc)
   // This rank's own descriptor may already settle it: a buffer its peers
   // must touch is not shareable (heap memory: torch's CPU tensors), so every
   // rank will decide for the rings from it (step 4).  Then publish it and go
@@ -439,68 +521,27 @@ flagcxResult_t directCall(ExecState *s, CollItem &ci, CollItem &h, bool usable, 
 
   sm->directCalls++;
   *took = true;
+  std::optional<DirectStage> st;  // (made only with a staged rank in the call)
+  if (hasStagedRank(s, ci)) {
+    setUpStage(s, ci, h, dc, word, what, &st.emplace());
+    dc.st = &*st;
+  }
   // 6. The work.
   FLAGCX_CHECK(directCopy(s, dc, word, what));
   if (dc.onDevice) FLAGCX_CHECK(s->dev->flush());
-  // 7. No peer touches this rank's buffers any more once every rank is done.
+  // 7. No peer touches this rank's buffers any more once every rank is done
+  // (a staged rank sends its output back meanwhile).
+  if (dc.st && s->mode == ExecMode::Staged) return stageFinish(*st);
   sm->released(&ph->done);
   ph->done.store(word, std::memory_order_release);
   return waitPhase(s, what, word, [](Phase *x) -> auto & { return x->done; });
 }
 
-// A staged rank's buffers for a direct call: shareable host copies its
-// peers can map (stageIn, stageOut), laid out as the caller's (an input
-// inside the output stays inside it), the input copied in from the device.
-// Only the input's bytes are copied: every other byte of an output is
-// written by the call.  *ok false without memory.
-flagcxResult_t stageDirect(ExecState *s, const CollItem &ci, CollItem *h, bool *ok) {
-  const CollArgs &a = ci.a;
-  SmallShm *sm = s->block->shm.get();
-  const size_t ts = dtypeSize(a.dtype);
-  const size_t inB = elemsIn(ci, s->nranks) * ts, outB = elemsOut(ci, s->nranks) * ts;
-  const bool nonRoot = opIsRooted(a.op) && s->rank != a.root;
-  const bool usesSend = !(nonRoot && (a.op == OpKind::Broadcast || a.op == OpKind::Scatter));
-  const bool usesRecv = !(nonRoot && (a.op == OpKind::Reduce || a.op == OpKind::Gather));
-  const char *send = static_cast<const char *>(a.send);
-  char *recv = static_cast<char *>(a.recv);
-  const bool both = usesSend && usesRecv;
-  const bool sendInRecv = both && send >= recv && send + inB <= recv + outB;
-  const bool recvInSend = both && !sendInRecv && recv >= send && recv + outB <= send + inB;
-  h->a.send = nullptr;
-  h->a.recv = nullptr;
-  *ok = false;
-  if (usesRecv && !recvInSend && !(h->a.recv = sm->stageOut.grow(outB))) return flagcxSuccess;
-  char *in = nullptr;
-  if (sendInRecv) in = static_cast<char *>(h->a.recv) + (send - recv);
-  else if (usesSend && !(in = sm->stageIn.grow(inB))) return flagcxSuccess;
-  if (usesSend) {
-    FLAGCX_CHECK(stagedCopy(s, in, send, inB));
-    h->a.send = in;
-  }
-  if (recvInSend) h->a.recv = in + (recv - send);
-  *ok = true;
-  return flagcxSuccess;
-}
-
 }  // namespace
 
-char *ShareBuf::grow(size_t bytes) {
-  if (bytes <= cap) return p;
-  void *q = nullptr;
-  if (host::memAlloc(&q, bytes, flagcxMemDevice) != flagcxSuccess || !q) return nullptr;
-  if (p) host::memFree(p);
-  p = static_cast<char *>(q);
-  cap = bytes;
-  return p;
-}
-
-ShareBuf::~ShareBuf() {
-  if (p) host::memFree(p);
-}
-
 // Host and direct ranks work on the caller's buffers; a staged rank on
-// shareable host copies of them, its output copied back to the device once
-// every rank is done (a fallback to the rings stages on its own).
+// shareable host copies of them, its input and output moved in slices with
+// the call (shm_stage.cc; a fallback to the rings stages on its own).
 flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   ExecState *s = s_;
   bool took = false;
@@ -508,9 +549,11 @@ flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   CollItem h = ci;
   bool ok = false;
   FLAGCX_CHECK(stageDirect(s, ci, &h, &ok));
-  FLAGCX_CHECK(directCall(s, ci, h, ok, &took));
-  if (!took || !h.a.recv || !ci.a.recv) return flagcxSuccess;
-  return stagedCopy(s, ci.a.recv, h.a.recv, elemsOut(ci, s->nranks) * dtypeSize(ci.a.dtype));
+  flagcxResult_t r = directCall(s, ci, h, ok, &took);
+  // Taken, the output went back as it became final (stageFinish); not
+  // taken, the rings staged on their own.  Either way no slice is pending.
+  stageFeedEnd(s);
+  return r;
 }
 
 }  // namespace flagcx

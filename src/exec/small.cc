@@ -96,7 +96,10 @@ size_t slotNeed(const CollArgs &a, int n) {
 
 }  // namespace
 
-void SmallShmDeleter::operator()(SmallShm *p) const { delete p; }
+void SmallShmDeleter::operator()(SmallShm *p) const {
+  if (p->pinnedBy) p->pinnedBy->hostUnregister(p->base);  // before the segment is unmapped
+  delete p;
+}
 
 flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   // Whether to use a block at all depends only on what every rank shares
@@ -122,7 +125,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
     uint32_t ops;
   } shape{};
   Bootstrap *bs = s->env.bs;
-  auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm());
+  auto sm = std::unique_ptr<SmallShm, SmallShmDeleter>(new SmallShm(s->dev));
   if (s->rank == 0) {
     shape.maxBytes = paramInt(Param::SHM_SMALL_BYTES);
     // Direct calls publish their buffers' descriptions in a slot.
@@ -164,6 +167,10 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   INFO(kShm, "rank %d: collectives up to %zu bytes per rank's share through one shared block "
        "(FLAGCX_SHM_SMALL_BYTES); from %zu bytes straight between the ranks' buffers where they "
        "are shareable (FLAGCX_SHM_DIRECT_BYTES, 0: never)", s->rank, sm->maxBytes, sm->directMin);
+  // A staged rank's adapter copies into and out of the block: page-locked
+  // once, so those copies run at the pinned rate (unlocked: slower, still right).
+  if (s->mode == ExecMode::Staged && s->dev->hostRegister(sm->base, sm->bytes) == flagcxSuccess)
+    sm->pinnedBy = s->dev;
   s->block = std::make_unique<BlockPath>(s, std::move(sm));
   // Only paths that can take a call here are offered calls; a staged
   // rank's block calls copy from and to its device, so they are not quick.

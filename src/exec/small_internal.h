@@ -36,6 +36,9 @@ struct Phase {
   std::atomic<uint64_t> mapped;   // word * 2 + 1: mapped every peer buffer it needs; word * 2: could not
   std::atomic<uint64_t> done;     // word: it no longer touches any peer's buffers
   std::atomic<uint64_t> read;     // word: it read what it needs of its peers (in-place alltoall)
+  // With a staged rank in the call (shm_stage.h), zeroed before the meeting:
+  std::atomic<uint64_t> inReady;  // slices of its input on the host (a staged rank)
+  std::atomic<uint64_t> wrote;    // allreduce: bytes of its piece of the output final
 };
 
 // What a rank publishes in its slot for a direct call: its buffers, as
@@ -45,27 +48,17 @@ struct DirectDesc {
   uint64_t frees;               // host::memFreeCount() now
   uint64_t sendAddr, recvAddr;  // for ranks of this process
   uint32_t sendOk, recvOk;      // whether send / recv below name the buffer
-  uint32_t usable, pad;         // 0: this rank's buffers rule the call out
+  uint32_t usable;              // 0: this rank's buffers rule the call out
+  uint32_t inSlice;             // its input arrives in slices of this (inReady); 0: all there
   host::ShareRef send, recv;
   char sendIpc[DeviceAdapter::kIpcRefBytes], recvIpc[DeviceAdapter::kIpcRefBytes];
 };
 
 static_assert(sizeof(DirectDesc) == 328, "FLAGCX_SHM_DIRECT_BYTES's documentation names this size");
 
-// Host memory a sibling process can map (host::memAlloc's memfd kind), grown
-// to the largest call and kept: a staged rank's copies of its device
-// buffers for direct calls, which its peers map once (shm_direct.cc).
-struct ShareBuf {
-  char *p = nullptr;
-  size_t cap = 0;
-  char *grow(size_t bytes);  // null without memory
-  ShareBuf() = default;
-  ShareBuf(const ShareBuf &) = delete;
-  ShareBuf &operator=(const ShareBuf &) = delete;
-  ~ShareBuf();
-};
-
 struct SmallShm {
+  explicit SmallShm(DeviceAdapter *dev)
+      : stageIn(dev, GrowBuf::Mem::Shared), stageOut(dev, GrowBuf::Mem::Shared) {}
   std::shared_ptr<Segment> seg;
   char *base = nullptr;   // seg's mapping
   size_t maxBytes = 0;    // payload of a slot
@@ -87,7 +80,18 @@ struct SmallShm {
   uint64_t directQuietUntil = 0;
   uint64_t directCalls = 0;                    // calls done that way (tests)
   std::vector<PeerMaps> maps;  // [peer]; uses stamped with the call's word
-  ShareBuf stageIn, stageOut;  // a staged rank's shareable copies (direct calls)
+  // A staged rank's shareable copies for direct calls, which its peers map
+  // once (grown at enqueue: reserveShmStage, shm_stage.cc).
+  GrowBuf stageIn, stageOut;
+  // A staged rank's input of the direct call under way, arriving behind
+  // marks (shm_stage.cc): slices of `slice` bytes, the first `ready`
+  // published.  slice 0: none.
+  struct Feed {
+    size_t slice = 0, bytes = 0, ready = 0;
+    std::vector<uint64_t> marks;
+  } feed;
+  std::atomic<uint64_t> overlaps{0};  // stageOverlaps (tests read it from another thread)
+  DeviceAdapter *pinnedBy = nullptr;  // a staged rank's adapter locked the block (setupSmall)
   void layout(size_t payload, int nranks) {
     maxBytes = payload;
     slotStride = (kHeader + maxBytes + kLine - 1) / kLine * kLine;

@@ -13,6 +13,7 @@
 
 #include "adapters/adapters.h"
 #include "base/base.h"
+#include "exec/shm_stage.h"
 #include "exec/state.h"
 
 namespace flagcx {
@@ -167,6 +168,7 @@ void reserveStaged(Job *j) {
   if ((in && !s->sched->staged.pinnedIn.grow(in)) || (out && !s->sched->staged.pinnedOut.grow(out)))
     INFO(kColl, "rank %d: no page-locked staging memory (%zu/%zu bytes); staging through the heap",
          s->rank, in, out);
+  reserveShmStage(j);  // the one-host direct path's shareable copies (shm_stage.cc)
 }
 
 // Device buffers without direct mode: through page-locked host copies

@@ -85,14 +85,18 @@ struct Xfer {
   int ch = 0;
 };
 
-// A working buffer in device or page-locked host memory.  It grows on the
+// A working buffer in device or page-locked host memory, or in host memory
+// a sibling process can map (host::memAlloc's memfd kind), page-locked by
+// the adapter (hostRegister; unlocked, copies still work, at the pageable
+// rate).  It grows on the
 // callers' threads when work is enqueued, never on the thread that runs the
-// work: allocating device memory may wait for every stream, including a
-// user's stream that the engine holds.  An outgrown buffer may still be in
-// use by running work, so it is kept until the executor goes.
+// work: allocating device memory or locking host memory may wait for every
+// stream, including a user's stream that the engine holds.  An outgrown
+// buffer may still be in use by running work, so it is kept until the
+// executor goes.
 class GrowBuf {
  public:
-  enum class Mem { Device, Pinned };
+  enum class Mem { Device, Pinned, Shared };
   GrowBuf(DeviceAdapter *dev, Mem mem) : dev_(dev), mem_(mem) {}
   ~GrowBuf();
   GrowBuf(const GrowBuf &) = delete;

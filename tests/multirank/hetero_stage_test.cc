@@ -10,15 +10,21 @@
 // Buffers from the heap or from flagcxMemAlloc (shareable); over shm the
 // mixed communicator keeps the one-host paths a host-only one takes: the
 // shared block for one-element calls and, on shareable buffers, the direct
-// path for the larger ones (counted), also in deterministic mode.
+// path for the larger ones (counted), also in deterministic mode.  There a
+// staged rank's input is published slice by slice: with its copy engine
+// held after the first slices, its host peer still finishes its first piece
+// (counted on the staged rank while the rest of its input is held back).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "adapters/device/host/host_copy_engine.h"
 #include "base/params.h"
 #include "core/comm.h"
 #include "tests/common/harness.h"
@@ -89,6 +95,11 @@ int inPlaceOps(flagcxComm_t comm, int rank, int n, size_t count, int call) {
   for (size_t i = 0; i < count; i++) want[i] = val(call + 1, 0, i);
   HS_CHECK(same({buf.begin(), buf.begin() + count}, {want.begin(), want.begin() + count},
                 "broadcast in place", count, call));
+  for (size_t i = 0; i < all; i++) buf[i] = val(call + 2, rank, i);
+  RANK_OK(flagcxAlltoAll(buf.data(), buf.data(), count, flagcxFloat32, comm, nullptr));
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < count; i++) want[q * count + i] = val(call + 2, q, rank * count + i);
+  HS_CHECK(same(buf, want, "alltoall in place", count, call));
   return 0;
 }
 
@@ -159,7 +170,7 @@ int everyOp(flagcxComm_t comm, int rank, int n, size_t count, int call) {
 }
 
 // Collectives per everyOp call (send/recv is not one).
-constexpr uint64_t kCollsPerRound = 12;
+constexpr uint64_t kCollsPerRound = 13;
 
 int runRank(int rank, int n, flagcxUniqueId *id) {
   g_shared = getenv("HS_SHARED") != nullptr;
@@ -184,6 +195,59 @@ int runRank(int rank, int n, flagcxUniqueId *id) {
              static_cast<unsigned long long>(comm->exec->shmDirectCalls()), static_cast<unsigned long long>(direct));
   RANK_OK(flagcxCommDestroy(comm));
   return 0;
+}
+
+// Rank 1 (staged) holds its copy engine after the first 16 slices of its
+// input (4 KiB slices, 1 MiB in all): rank 0 (host) reduces its first piece
+// (64 KiB: those slices) and publishes it, which rank 1 sees while the rest
+// is held; only then is the engine let go.  Were the peers to wait for the
+// whole input, nothing would move until the 60 s bound let it go, and the
+// count would stay 0.
+int overlapRank(int rank, int n, flagcxUniqueId *id) {
+  g_shared = true;
+  if (rank == 1) {
+    setenv("FLAGCX_HOST_COPY_ENGINE_NS", "200", 1);
+    flagcx::paramsReload();
+  }
+  flagcxComm_t comm;
+  RANK_OK(flagcxCommInitRank(&comm, n, id, rank));
+  const size_t count = 256 * 1024;
+  for (int call = 0; call < 2; call++) {
+    Vec in(count), out(count, -1.f), want(count);
+    for (size_t i = 0; i < count; i++) {
+      in[i] = val(call, rank, i);
+      want[i] = val(call, 0, i) + val(call, 1, i);
+    }
+    std::thread helper;
+    flagcx::host::CopyEngine *ce = rank == 1 ? flagcx::host::emulatedCopyEngine() : nullptr;
+    const uint64_t before = comm->exec->shmDirectOverlaps();
+    if (ce) {
+      ce->flush();
+      ce->holdAfter(ce->mark() + 16);
+      helper = std::thread([&] {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (comm->exec->shmDirectOverlaps() == before && std::chrono::steady_clock::now() < end)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ce->release();
+      });
+    }
+    flagcxResult_t r = flagcxAllReduce(in.data(), out.data(), count, flagcxFloat32, flagcxSum, comm, nullptr);
+    if (helper.joinable()) helper.join();
+    RANK_OK(r);
+    HS_CHECK(same(out, want, "allreduce (held engine)", count, call));
+    RANK_CHECK(!ce || comm->exec->shmDirectOverlaps() > before,
+               "call %d: rank 0 made no progress while rank 1's input was held after 16 of 256 slices", call);
+  }
+  RANK_CHECK(comm->exec->shmDirectCalls() == 2, "%llu direct calls, want 2",
+             static_cast<unsigned long long>(comm->exec->shmDirectCalls()));
+  RANK_OK(flagcxCommDestroy(comm));
+  return 0;
+}
+
+TEST(HeteroStaged, PeersStartBeforeTheInputIsDown) {
+  harness::Env env{{{"FLAGCX_STAGE_SLICE_SIZE", "4096"}, {"FLAGCX_TIMEOUT", "120"}}};
+  auto res = harness::run(2, overlapRank, env, 300);
+  EXPECT_TRUE(res.allOk()) << res.failures();
 }
 
 struct Case {

@@ -397,6 +397,14 @@ class CudaAdapter final : public DeviceAdapter {
   void freePinned(void *p) override {
     if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
   }
+  flagcxResult_t hostRegister(void *p, size_t bytes) override {
+    FLAGCX_CUDA_TRY("cudaHostRegister (one-host staging)",
+                    cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    return flagcxSuccess;
+  }
+  void hostUnregister(void *p) override {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+  }
   // Marks: an event recorded on the private stream, per device; numbers grow
   // by one per mark, and events are recycled once reached.
   flagcxResult_t mark(uint64_t *m) override {

@@ -40,18 +40,31 @@ uint64_t CopyEngine::completed() {
   return done_;
 }
 
+void CopyEngine::holdAfter(uint64_t n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  limit_ = n;
+}
+
+void CopyEngine::release() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    limit_ = UINT64_MAX;
+  }
+  cv_.notify_all();
+}
+
 void CopyEngine::flush() {
   std::unique_lock<std::mutex> lk(mu_);
   uint64_t m = issued_;
   doneCv_.wait(lk, [&] { return done_ >= m; });
 }
 
-// One copy at a time, oldest first: the delay (nsPerKiB_ per KiB, as a
+// One copy at a time, oldest first (none past a hold): the delay (nsPerKiB_ per KiB, as a
 // slow bus would take), then the bytes, then it counts as done.
 void CopyEngine::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait(lk, [&] { return stop_ || (!queue_.empty() && done_ < limit_); });
     if (queue_.empty()) return;
     Copy c = queue_.front();
     lk.unlock();

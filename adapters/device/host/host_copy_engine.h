@@ -31,6 +31,10 @@ class CopyEngine {
   void flush();  // waits for every copy queued so far
   // Copies completed so far, in order (tests read it).
   uint64_t completed();
+  // Tests: copies numbered above n (mark's numbering) wait until release(),
+  // so that a test can see what the engine's users do while a copy is late.
+  void holdAfter(uint64_t n);
+  void release();
 
  private:
   struct Copy {
@@ -44,6 +48,7 @@ class CopyEngine {
   std::condition_variable cv_, doneCv_;
   std::deque<Copy> queue_;
   uint64_t issued_ = 0, done_ = 0;
+  uint64_t limit_ = UINT64_MAX;  // holdAfter
   bool stop_ = false;
   std::thread thread_;  // started by the first copy
 };
