@@ -175,7 +175,7 @@ flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers) {
 // Which transport reaches each peer: same host -> shm (unless disabled),
 // otherwise socket; network peers over verbs where both ends have an RDMA
 // port (ibSplitPeers is collective: every rank calls it once, here).
-static flagcxResult_t chooseTransports(flagcxComm *comm) {
+static flagcxResult_t chooseTransports(flagcxComm *comm, const ChildOf *from) {
   const auto &all = comm->bs->peers();
   const uint64_t me = all[static_cast<size_t>(comm->rank)].hostHash;
   bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
@@ -185,7 +185,9 @@ static flagcxResult_t chooseTransports(flagcxComm *comm) {
     bool same = all[static_cast<size_t>(r)].hostHash == me;
     (same && !shmOff ? shmPeers : sockPeers).push_back(r);
   }
-  FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &comm->ib));
+  bool probe = true;
+  if (from) FLAGCX_CHECK(commChildNeedsVerbs(comm, *from, &probe));
+  if (probe) FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &comm->ib));
   comm->shm = makeShmTransport();
   comm->sock = makeSocketTransport();
   // What a Conn's receive helpers fold with (Conn::irecvFold), once per transport.
@@ -200,7 +202,8 @@ static flagcxResult_t chooseTransports(flagcxComm *comm) {
   return flagcxSuccess;
 }
 
-flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank) {
+flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank,
+                        const ChildOf *from) {
   DeviceAdapter *dev = selectedAdapter();
   if (!dev) {
     return argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=%s: that device adapter is not "
@@ -222,7 +225,8 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   self.deviceKind = static_cast<int32_t>(dev->kind());
   self.deterministic = paramInt(Param::DETERMINISTIC) != 0;
   snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
-  FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
+  if (from && from->shrink) comm->bs = from->parent->bs->view(from->members, from->childNo);
+  else FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
   const auto &peers = comm->bs->peers();
 
   // Local rank, ranks per host, number of hosts.
@@ -260,7 +264,8 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   // op but alltoall/alltoallv, whose schedules name every rank), to the
   // others on first use (the executor asks through env.connect).
   comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
-  FLAGCX_CHECK(chooseTransports(comm.get()));
+  FLAGCX_CHECK(chooseTransports(comm.get(), from));
+  if (from && from->shrink) FLAGCX_CHECK(commAdoptConns(comm.get(), *from));
   std::vector<int> first;
   if (paramInt(Param::CONNECT_ALL) != 0) {
     for (int r = 0; r < nranks; r++)

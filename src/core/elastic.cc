@@ -16,6 +16,8 @@ namespace flagcx {
 namespace {
 
 constexpr uint32_t kChildTag = 0x7c000000u;
+// The child's own bootstrap: taking the parent's connections over.
+constexpr uint32_t kAdoptTag = 0x61647001u, kAdoptDoneTag = 0x61647002u;
 
 // What the first rank of a child sends each other member: the id, and a
 // digest of the member list as it computed it (members that disagree about
@@ -37,13 +39,15 @@ uint32_t nextChildTag(flagcxComm *parent) {
   return kChildTag | (parent->children++ & 0xffffffu);
 }
 
-// The first member makes the child's id and hands it to the others.
+// The first member makes the child's id (`id` non-null: a child with a
+// rendezvous of its own) and hands it, with the members' digest, to the
+// others.
 flagcxResult_t shareChildId(flagcxComm *parent, uint32_t tag, const std::vector<int> &members,
                             const char *what, flagcxUniqueId *id) {
   ChildNote note{};
   const uint64_t digest = digestOf(members);
   if (parent->rank == members[0]) {
-    FLAGCX_CHECK(makeFreshId(&note.id, 0));
+    if (id) FLAGCX_CHECK(makeFreshId(&note.id, 0));
     note.members = digest;
     for (size_t i = 1; i < members.size(); i++)
       FLAGCX_CHECK(parent->bs->send(members[i], tag, &note, sizeof note));
@@ -54,16 +58,17 @@ flagcxResult_t shareChildId(flagcxComm *parent, uint32_t tag, const std::vector<
                       "communicator's first rank) counts other members than this rank; every "
                       "member must pass the same arguments", what, parent->rank, members[0]);
   }
-  *id = note.id;
+  if (id) *id = note.id;
   return flagcxSuccess;
 }
 
-// Builds the child (this rank is members[i]) and restores the log's rank.
-flagcxResult_t initChild(flagcxComm *parent, const std::vector<int> &members,
-                         const flagcxUniqueId &id, flagcxComm **out) {
+// Builds the child (this rank is a member) and restores the log's rank.
+flagcxResult_t initChild(const ChildOf &from, const flagcxUniqueId &id, flagcxComm **out) {
+  flagcxComm *parent = from.parent;
+  const std::vector<int> &members = from.members;
   int me = static_cast<int>(std::find(members.begin(), members.end(), parent->rank) -
                             members.begin());
-  flagcxResult_t r = commInit(out, static_cast<int>(members.size()), id, me);
+  flagcxResult_t r = commInit(out, static_cast<int>(members.size()), id, me, &from);
   logSetRank(parent->rank);
   if (r == flagcxSuccess)
     INFO(kInit, "rank %d: new communicator of %zu rank(s), rank %d in it", parent->rank,
@@ -103,29 +108,89 @@ flagcxResult_t commSplit(flagcxComm *parent, int color, int key, flagcxComm **ou
   });
   flagcxUniqueId id;
   FLAGCX_CHECK(shareChildId(parent, tag, members, "flagcxCommSplit", &id));
-  return initChild(parent, members, id, out);
+  ChildOf from;
+  from.parent = parent;
+  from.members = std::move(members);
+  return initChild(from, id, out);
 }
 
 flagcxResult_t commShrink(flagcxComm *parent, const std::vector<int> &exclude, bool abort,
                           flagcxComm **out) {
   *out = nullptr;
   const uint32_t tag = nextChildTag(parent);
+  ChildOf from;
+  from.parent = parent;
+  from.childNo = tag;
+  from.shrink = true;
   if (abort) {
     // Fail what is in flight on the parent; its jobs stop touching the
     // user's buffers before this returns (or are reported as still running).
+    // Drained, the parent's connections are idle and may go to the child.
     parent->exec->abort();
-    if (!parent->exec->drain())
+    from.takeConns = parent->exec->drain();
+    if (!from.takeConns)
       WARN(kInit, "flagcxCommShrink: rank %d: %d operation(s) of the parent still running 2 s "
            "after the abort", parent->rank, parent->exec->inFlight());
   } else {
     FLAGCX_CHECK(settleParent(parent, "flagcxCommShrink"));
   }
-  std::vector<int> members;
   for (int r = 0; r < parent->nranks; r++)
-    if (std::find(exclude.begin(), exclude.end(), r) == exclude.end()) members.push_back(r);
-  flagcxUniqueId id;
-  FLAGCX_CHECK(shareChildId(parent, tag, members, "flagcxCommShrink", &id));
-  return initChild(parent, members, id, out);
+    if (std::find(exclude.begin(), exclude.end(), r) == exclude.end()) from.members.push_back(r);
+  // No id: the child's bootstrap is a view of the parent's (commInit).
+  FLAGCX_CHECK(shareChildId(parent, tag, from.members, "flagcxCommShrink", nullptr));
+  return initChild(from, flagcxUniqueId{}, out);
+}
+
+flagcxResult_t commChildNeedsVerbs(flagcxComm *child, const ChildOf &from, bool *any) {
+  std::vector<uint8_t> had(static_cast<size_t>(child->nranks));
+  had[static_cast<size_t>(child->rank)] = from.parent->ib != nullptr;
+  FLAGCX_CHECK(child->bs->allgather(had.data(), 1));
+  *any = std::find(had.begin(), had.end(), 1) != had.end();
+  return flagcxSuccess;
+}
+
+flagcxResult_t commAdoptConns(flagcxComm *child, const ChildOf &from) {
+  flagcxComm *parent = from.parent;
+  Transport *shm = child->shm.get();
+  const int nch = child->nchannels;
+  std::vector<int> peers;  // child ranks over shm
+  for (int q = 0; q < child->nranks; q++)
+    if (q != child->rank && child->via[static_cast<size_t>(q)] == shm) peers.push_back(q);
+  // 1. Each end tells the other whether it can hand its parent's Conns to
+  // that peer on: drained, and every channel's Conn one shm can adopt.
+  std::vector<uint8_t> mine(peers.size()), theirs(peers.size());
+  for (size_t i = 0; i < peers.size(); i++) {
+    const int pr = from.members[static_cast<size_t>(peers[i])];
+    bool ok = from.takeConns && parent->nchannels == nch &&
+              parent->via[static_cast<size_t>(pr)] == parent->shm.get();
+    for (int c = 0; ok && c < nch; c++) ok = parent->conn(pr, c) && shm->adoptable(*parent->conn(pr, c));
+    mine[i] = ok;
+    FLAGCX_CHECK(child->bs->send(peers[i], kAdoptTag, &mine[i], 1));
+  }
+  for (size_t i = 0; i < peers.size(); i++)
+    FLAGCX_CHECK(child->bs->recv(peers[i], kAdoptTag, &theirs[i], 1));
+  // 2. Where both can: each empties its half of the rings and takes them;
+  // neither uses them before the other said it did the same.
+  std::vector<int> taken;
+  for (size_t i = 0; i < peers.size(); i++) {
+    if (!mine[i] || !theirs[i]) continue;
+    const int q = peers[i], pr = from.members[static_cast<size_t>(q)];
+    for (int c = 0; c < nch; c++) {
+      auto &old = parent->conns[static_cast<size_t>(pr * nch + c)];
+      child->conns[static_cast<size_t>(q * nch + c)] = shm->adopt(*old, child->rank, q);
+      old.reset();
+    }
+    taken.push_back(q);
+  }
+  const uint8_t done = 1;
+  for (int q : taken) FLAGCX_CHECK(child->bs->send(q, kAdoptDoneTag, &done, 1));
+  for (int q : taken) {
+    uint8_t got = 0;
+    FLAGCX_CHECK(child->bs->recv(q, kAdoptDoneTag, &got, 1));
+  }
+  INFO(kInit, "rank %d: took %zu of %zu shm peer(s)' connections over from the parent", child->rank,
+       taken.size(), peers.size());
+  return flagcxSuccess;
 }
 
 flagcxResult_t commGrowId(flagcxComm *parent, flagcxUniqueId *id) {
