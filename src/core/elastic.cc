@@ -16,8 +16,6 @@ namespace flagcx {
 namespace {
 
 constexpr uint32_t kChildTag = 0x7c000000u;
-// The child's own bootstrap: taking the parent's connections over.
-constexpr uint32_t kAdoptTag = 0x61647001u, kAdoptDoneTag = 0x61647002u;
 
 // What the first rank of a child sends each other member: the id, and a
 // digest of the member list as it computed it (members that disagree about
@@ -63,7 +61,7 @@ flagcxResult_t shareChildId(flagcxComm *parent, uint32_t tag, const std::vector<
 }
 
 // Builds the child (this rank is a member) and restores the log's rank.
-flagcxResult_t initChild(const ChildOf &from, const flagcxUniqueId &id, flagcxComm **out) {
+flagcxResult_t initChild(ChildOf &from, const flagcxUniqueId &id, flagcxComm **out) {
   flagcxComm *parent = from.parent;
   const std::vector<int> &members = from.members;
   int me = static_cast<int>(std::find(members.begin(), members.end(), parent->rank) -
@@ -141,56 +139,65 @@ flagcxResult_t commShrink(flagcxComm *parent, const std::vector<int> &exclude, b
   return initChild(from, flagcxUniqueId{}, out);
 }
 
-flagcxResult_t commChildNeedsVerbs(flagcxComm *child, const ChildOf &from, bool *any) {
-  std::vector<uint8_t> had(static_cast<size_t>(child->nranks));
-  had[static_cast<size_t>(child->rank)] = from.parent->ib != nullptr;
-  FLAGCX_CHECK(child->bs->allgather(had.data(), 1));
-  *any = std::find(had.begin(), had.end(), 1) != had.end();
+namespace {
+
+// Whether this rank's parent can hand its Conns to child rank q on: drained
+// after FLAGCX_SHRINK_ABORT, and every channel's Conn one shm can adopt.
+bool canGive(const flagcxComm *child, const ChildOf &from, int q) {
+  flagcxComm *parent = from.parent;
+  const int pr = from.members[static_cast<size_t>(q)], nch = child->nchannels;
+  bool ok = from.takeConns && q != child->rank && parent->nchannels == nch &&
+            parent->shm && parent->via[static_cast<size_t>(pr)] == parent->shm.get();
+  for (int c = 0; ok && c < nch; c++)
+    ok = parent->conn(pr, c) && parent->shm->adoptable(*parent->conn(pr, c));
+  return ok;
+}
+
+}  // namespace
+
+flagcxResult_t commChildFacts(flagcxComm *child, ChildOf *from) {
+  // Each member's slot: whether its parent used verbs, its
+  // FLAGCX_SHM_BUFFER_SIZE, and a bit per child rank it can hand Conns to.
+  const size_t n = static_cast<size_t>(child->nranks), slot = 2 + (n + 63) / 64;
+  const size_t me = static_cast<size_t>(child->rank);
+  std::vector<uint64_t> all(n * slot);
+  uint64_t *mine = &all[me * slot];
+  mine[0] = from->parent->ib != nullptr;
+  mine[1] = static_cast<uint64_t>(paramInt(Param::SHM_BUFFER_SIZE));
+  for (size_t q = 0; from->shrink && q < n; q++)
+    if (canGive(child, *from, static_cast<int>(q))) mine[2 + q / 64] |= uint64_t{1} << (q % 64);
+  FLAGCX_CHECK(child->bs->allgather(all.data(), slot * sizeof(uint64_t)));
+  bool sameRings = true;
+  from->anyVerbs = false;
+  for (size_t r = 0; r < n; r++) {
+    from->anyVerbs = from->anyVerbs || all[r * slot] != 0;
+    sameRings = sameRings && all[r * slot + 1] == mine[1];
+  }
+  from->adoptWith.clear();
+  auto bit = [&](size_t r, size_t q) { return (all[r * slot + 2 + q / 64] >> (q % 64)) & 1; };
+  for (size_t q = 0; q < n && sameRings && !from->anyVerbs; q++)
+    if (bit(me, q) && bit(q, me)) from->adoptWith.push_back(static_cast<int>(q));
   return flagcxSuccess;
 }
 
-flagcxResult_t commAdoptConns(flagcxComm *child, const ChildOf &from) {
+void commAdoptConns(flagcxComm *child, const ChildOf &from) {
   flagcxComm *parent = from.parent;
   Transport *shm = child->shm.get();
   const int nch = child->nchannels;
-  std::vector<int> peers;  // child ranks over shm
-  for (int q = 0; q < child->nranks; q++)
-    if (q != child->rank && child->via[static_cast<size_t>(q)] == shm) peers.push_back(q);
-  // 1. Each end tells the other whether it can hand its parent's Conns to
-  // that peer on: drained, and every channel's Conn one shm can adopt.
-  std::vector<uint8_t> mine(peers.size()), theirs(peers.size());
-  for (size_t i = 0; i < peers.size(); i++) {
-    const int pr = from.members[static_cast<size_t>(peers[i])];
-    bool ok = from.takeConns && parent->nchannels == nch &&
-              parent->via[static_cast<size_t>(pr)] == parent->shm.get();
-    for (int c = 0; ok && c < nch; c++) ok = parent->conn(pr, c) && shm->adoptable(*parent->conn(pr, c));
-    mine[i] = ok;
-    FLAGCX_CHECK(child->bs->send(peers[i], kAdoptTag, &mine[i], 1));
-  }
-  for (size_t i = 0; i < peers.size(); i++)
-    FLAGCX_CHECK(child->bs->recv(peers[i], kAdoptTag, &theirs[i], 1));
-  // 2. Where both can: each empties its half of the rings and takes them;
-  // neither uses them before the other said it did the same.
-  std::vector<int> taken;
-  for (size_t i = 0; i < peers.size(); i++) {
-    if (!mine[i] || !theirs[i]) continue;
-    const int q = peers[i], pr = from.members[static_cast<size_t>(q)];
+  size_t taken = 0;
+  for (int q : from.adoptWith) {
+    if (child->via[static_cast<size_t>(q)] != shm) continue;  // as on q's side
+    const int pr = from.members[static_cast<size_t>(q)];
     for (int c = 0; c < nch; c++) {
       auto &old = parent->conns[static_cast<size_t>(pr * nch + c)];
       child->conns[static_cast<size_t>(q * nch + c)] = shm->adopt(*old, child->rank, q);
       old.reset();
     }
-    taken.push_back(q);
+    taken++;
   }
-  const uint8_t done = 1;
-  for (int q : taken) FLAGCX_CHECK(child->bs->send(q, kAdoptDoneTag, &done, 1));
-  for (int q : taken) {
-    uint8_t got = 0;
-    FLAGCX_CHECK(child->bs->recv(q, kAdoptDoneTag, &got, 1));
-  }
-  INFO(kInit, "rank %d: took %zu of %zu shm peer(s)' connections over from the parent", child->rank,
-       taken.size(), peers.size());
-  return flagcxSuccess;
+  if (from.shrink)
+    INFO(kInit, "rank %d: took the connections to %zu peer(s) over from the parent", child->rank,
+         taken);
 }
 
 flagcxResult_t commGrowId(flagcxComm *parent, flagcxUniqueId *id) {
