@@ -206,6 +206,21 @@ static flagcxResult_t chooseTransports(flagcxComm *comm, ChildOf *from) {
   return flagcxSuccess;
 }
 
+// The executor's collective set-up, even beside a vendor CCL, which leaves
+// the engine the calls it cannot do our way (commColl).  Device buffers read
+// in place by same-host peers (CUDA IPC), when every rank is a CUDA rank of
+// this host and allows it (a collective vote, made on every rank).  A
+// shrink's child: its members are processes its parent proved.
+static flagcxResult_t setupExecutor(flagcxComm *comm, const ChildOf *from) {
+  bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
+  for (const PeerInfo &p : comm->bs->peers())
+    canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
+  std::vector<pid_t> known;
+  if (from && from->shrink)
+    for (int m : from->members) known.push_back(from->parent->exec->provenPid(m));
+  return comm->exec->setup(canDirect, known.empty() ? nullptr : &known);
+}
+
 flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank,
                         ChildOf *from) {
   DeviceAdapter *dev = selectedAdapter();
@@ -301,20 +316,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   env.connect = [raw](const std::vector<int> &peers) { return commConnect(raw, peers); };
   comm->exec = std::make_unique<Executor>(env);
   comm->exec->setDeterministic(paramInt(Param::DETERMINISTIC) != 0);
-  {
-    // Set up even beside a vendor CCL, which leaves the engine the calls it
-    // cannot do our way (commColl).  Device buffers read in place by
-    // same-host peers (CUDA IPC), when every rank is a CUDA rank of this
-    // host and allows it (a collective vote, made on every rank).
-    bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
-    for (const PeerInfo &p : comm->bs->peers())
-      canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
-    // A shrink's child: its members are processes its parent proved.
-    std::vector<pid_t> known;
-    if (from && from->shrink)
-      for (int m : from->members) known.push_back(from->parent->exec->provenPid(m));
-    FLAGCX_CHECK(comm->exec->setup(canDirect, known.empty() ? nullptr : &known));
-  }
+  FLAGCX_CHECK(setupExecutor(comm.get(), from));
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
        "%zu peer(s) connected, the others on first use, %d channel(s)%s", rank, nranks,
