@@ -176,6 +176,8 @@ std::unique_ptr<Transport> makeShmTransport();
 // Rendezvous messages this process's shm pipes copied out of a mapping of the
 // sender's shareable allocation instead of with process_vm_readv (tests).
 uint64_t shmMappedPulls();
+// Conns this process's shm transport made of a parent's (Transport::adopt; tests).
+uint64_t shmAdoptedConns();
 std::unique_ptr<Transport> makeSocketTransport();
 // Bytes this process's socket helper threads reduced as they received them
 // (Conn::irecvFold; tests).

@@ -85,6 +85,7 @@ constexpr uint32_t kSharedNote = 0x53484d31;  // "SHM1"
 static_assert(sizeof(SharedNote) <= sizeof(PullNote::pipe));
 constexpr size_t kMaxPeerMaps = 8;  // mappings of the peer's allocations kept per pipe (unused ones)
 std::atomic<uint64_t> g_mappedPulls{0};
+std::atomic<uint64_t> g_adopted{0};
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 class ShmPipe final : public Pipe {
@@ -515,6 +516,7 @@ class ShmTransport final : public Transport {
     PeerDesc d = fresh->desc();
     std::vector<std::unique_ptr<Pipe>> lanes;
     lanes.push_back(std::move(fresh));
+    g_adopted.fetch_add(1, std::memory_order_relaxed);
     return std::make_unique<FramedConn>("shm", d, std::move(lanes), reduce_);
   }
 
@@ -556,6 +558,7 @@ class ShmTransport final : public Transport {
 }  // namespace
 
 uint64_t shmMappedPulls() { return g_mappedPulls.load(std::memory_order_relaxed); }
+uint64_t shmAdoptedConns() { return g_adopted.load(std::memory_order_relaxed); }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }
 

@@ -2,7 +2,8 @@
 // ranks loop large allreduces, a victim is SIGKILLed, SIGSTOPped, stops
 // calling (alive, idle) or aborts its communicator mid-loop; every survivor
 // gets an error within FLAGCX_TIMEOUT + 2 s of that, shrinks with
-// FLAGCX_SHRINK_ABORT excluding the victim(s), goes on with correct results
+// FLAGCX_SHRINK_ABORT excluding the victim(s) (over shm the child takes the
+// parent's rings to the other survivors), goes on with correct results
 // on the new communicator, and finds the buffers of its failed call as it
 // left them (a stopped victim is woken first).  Then each survivor releases
 // the parent (flagcxCommDestroy or flagcxCommAbort), which must return within
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "base/params.h"
+#include "net/net.h"
 #include "tests/common/device_mirror.h"
 #include "tests/common/harness.h"
 #include "tests/common/in_child.h"
@@ -185,8 +187,12 @@ int survivorBody(int rank, const Config &c, flagcxComm_t comm, Buffers &b, Share
   if (int rc = b.snapshot(&inAfter, &outAfter)) return rc;
   flagcxComm_t child = nullptr;
   std::vector<int> exclude = c.victims;
+  const uint64_t adopted = flagcx::shmAdoptedConns();
   RANK_OK(flagcxCommShrink(comm, exclude.data(), static_cast<int>(exclude.size()), &child,
                            FLAGCX_SHRINK_ABORT));
+  // Over shm the child took its parent's rings to the other survivors.
+  RANK_CHECK(!c.shm || flagcx::shmAdoptedConns() > adopted, "the child made every shm "
+             "connection anew");
   if (int rc = continueOn(rank, c, child)) return rc;
   sh->shrunk++;
   if (c.fate == Fate::Stop) {
