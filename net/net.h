@@ -151,6 +151,16 @@ class Transport {
   // out[i * nchannels + c] order.  All waits are bounded by FLAGCX_TIMEOUT.
   virtual flagcxResult_t connectAll(Bootstrap &bs, const std::vector<int> &peers,
                                     int nchannels, std::vector<std::unique_ptr<Conn>> *out) = 0;
+  // An abortive shrink's child taking over its parent's Conn to a surviving
+  // peer (src/core/elastic.cc).  adoptable: whether this transport can hand
+  // `old` (one of its Conns, idle) on; no by default.  adopt (only after
+  // both ends' parents drained and both found their Conn adoptable, told
+  // over the bootstrap): empties what this rank owns of the Conn's rings and
+  // returns them in a fresh Conn to child rank `peer` (this rank is `self`),
+  // which neither end uses before both adopted; `old` no longer touches
+  // them.
+  virtual bool adoptable(Conn & /*old*/) const { return false; }
+  virtual std::unique_ptr<Conn> adopt(Conn & /*old*/, int /*self*/, int /*peer*/) { return nullptr; }
 
  protected:
   RecvFold::Fn reduce_ = nullptr;
@@ -166,6 +176,8 @@ std::unique_ptr<Transport> makeShmTransport();
 // Rendezvous messages this process's shm pipes copied out of a mapping of the
 // sender's shareable allocation instead of with process_vm_readv (tests).
 uint64_t shmMappedPulls();
+// Conns this process's shm transport made of a parent's (Transport::adopt; tests).
+uint64_t shmAdoptedConns();
 std::unique_ptr<Transport> makeSocketTransport();
 // Bytes this process's socket helper threads reduced as they received them
 // (Conn::irecvFold; tests).

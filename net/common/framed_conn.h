@@ -193,6 +193,9 @@ class FramedConn final : public Conn {
   int waitFds(struct pollfd *fds, int max) override;
   flagcxResult_t irecvFold(void *buf, size_t bytes, uint64_t tag, const RecvFold &f,
                            int *req) override;
+  // The pipes, for a transport handing an idle Conn's pipes on (Transport::adopt).
+  size_t laneCount() const { return lanes_.size(); }
+  Pipe *lanePipe(size_t i) const { return lanes_[i].pipe.get(); }
 
  private:
   enum class Kind : uint8_t { Free, Send, Recv };

@@ -85,12 +85,16 @@ constexpr uint32_t kSharedNote = 0x53484d31;  // "SHM1"
 static_assert(sizeof(SharedNote) <= sizeof(PullNote::pipe));
 constexpr size_t kMaxPeerMaps = 8;  // mappings of the peer's allocations kept per pipe (unused ones)
 std::atomic<uint64_t> g_mappedPulls{0};
+std::atomic<uint64_t> g_adopted{0};
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 class ShmPipe final : public Pipe {
  public:
+  // `emptied`: rings both ends just reset (handOver): every counter is 0,
+  // whether or not the peer's reset is visible yet.
   ShmPipe(PeerDesc desc, pid_t peerPid, std::shared_ptr<Segment> txSeg, RingCtl *tx,
-          std::shared_ptr<Segment> rxSeg, RingCtl *rx, uint64_t ringBytes, bool canPull)
+          std::shared_ptr<Segment> rxSeg, RingCtl *rx, uint64_t ringBytes, bool canPull,
+          bool emptied = false)
       : desc_(std::move(desc)),
         txSeg_(std::move(txSeg)),
         rxSeg_(std::move(rxSeg)),
@@ -102,12 +106,33 @@ class ShmPipe final : public Pipe {
         ringSize_(ringBytes) {
     caps_.canPull = canPull;
     caps_.peerPid = peerPid;
-    txTail_ = tx_->tail.load(std::memory_order_relaxed);
-    txHead_ = tx_->head.load(std::memory_order_acquire);
-    rxHead_ = rx_->head.load(std::memory_order_relaxed);
-    rxTail_ = rx_->tail.load(std::memory_order_acquire);
+    txTail_ = emptied ? 0 : tx_->tail.load(std::memory_order_relaxed);
+    txHead_ = emptied ? 0 : tx_->head.load(std::memory_order_acquire);
+    rxHead_ = emptied ? 0 : rx_->head.load(std::memory_order_relaxed);
+    rxTail_ = emptied ? 0 : rx_->tail.load(std::memory_order_acquire);
   }
-  ~ShmPipe() override { cut(); }
+  ~ShmPipe() override {
+    if (!handedOver_) cut();
+  }
+  uint64_t ringBytes() const { return ringSize_; }
+  const PeerDesc &desc() const { return desc_; }
+  // Transport::adopt: empties what this rank owns of the rings (the tail and
+  // closed flag of the ring it sends on; the head, pull count and closed
+  // flag of the ring it receives on; the peer empties the rest) and returns
+  // them in a pipe of the child; this pipe no longer touches them.
+  std::unique_ptr<ShmPipe> handOver(int self, int peer) {
+    tx_->tail.store(0, std::memory_order_release);
+    tx_->producerClosed.store(0, std::memory_order_release);
+    rx_->head.store(0, std::memory_order_release);
+    rx_->pulls.store(0, std::memory_order_release);
+    rx_->consumerClosed.store(0, std::memory_order_release);
+    handedOver_ = true;
+    PeerDesc d = desc_;
+    d.self = self;
+    d.peer = peer;
+    return std::make_unique<ShmPipe>(d, caps_.peerPid, txSeg_, tx_, rxSeg_, rx_, ringSize_,
+                                     caps_.canPull, true);
+  }
   // The flags the destructor sets: the peer's reads see the end once the
   // ring is empty, its writes at once.
   bool cut() override {
@@ -278,6 +303,7 @@ class ShmPipe final : public Pipe {
     return base + sn.ref.offset + offset;
   }
 
+  bool handedOver_ = false;  // handOver: the rings are a child's now
   PeerMaps maps_;        // the peer's allocations, stamped with pullNo_
   uint64_t pullNo_ = 0;  // messages pulled so far
   bool mapsOff_ = false;  // a mapping failed once: process_vm_readv only
@@ -453,9 +479,7 @@ class ShmTransport final : public Transport {
       WARN(kShm, "shm connectAll: %d channels requested (1..64 supported)", nchannels);
       return flagcxInvalidArgument;
     }
-    int64_t want = paramInt(Param::SHM_BUFFER_SIZE);
-    uint64_t ringBytes = static_cast<uint64_t>(std::clamp<int64_t>(want, 64 << 10, int64_t{1} << 30));
-    const RingShape sh{nchannels, (ringBytes + 4095) & ~uint64_t{4095}};
+    const RingShape sh{nchannels, ringBytesNow()};
     const int me = bs.rank();
     const unsigned myNs = pidNamespaceId();
     removeOrphans(myNs);
@@ -484,7 +508,33 @@ class ShmTransport final : public Transport {
     return flagcxSuccess;
   }
 
+  bool adoptable(Conn &old) const override { return pipeOf(old) != nullptr; }
+  std::unique_ptr<Conn> adopt(Conn &old, int self, int peer) override {
+    ShmPipe *p = pipeOf(old);
+    if (!p) return nullptr;
+    std::unique_ptr<ShmPipe> fresh = p->handOver(self, peer);
+    PeerDesc d = fresh->desc();
+    std::vector<std::unique_ptr<Pipe>> lanes;
+    lanes.push_back(std::move(fresh));
+    g_adopted.fetch_add(1, std::memory_order_relaxed);
+    return std::make_unique<FramedConn>("shm", d, std::move(lanes), reduce_);
+  }
+
  private:
+  // The rings' size FLAGCX_SHM_BUFFER_SIZE asks for.
+  static uint64_t ringBytesNow() {
+    int64_t want = paramInt(Param::SHM_BUFFER_SIZE);
+    uint64_t ringBytes = static_cast<uint64_t>(std::clamp<int64_t>(want, 64 << 10, int64_t{1} << 30));
+    return (ringBytes + 4095) & ~uint64_t{4095};
+  }
+  // The one pipe of a Conn this transport made with rings of today's size.
+  static ShmPipe *pipeOf(Conn &c) {
+    auto *fc = dynamic_cast<FramedConn *>(&c);
+    if (!fc || fc->laneCount() != 1) return nullptr;
+    auto *p = dynamic_cast<ShmPipe *>(fc->lanePipe(0));
+    return p && p->ringBytes() == ringBytesNow() ? p : nullptr;
+  }
+
   // One Conn per channel to a mapped peer.
   void addConns(Bootstrap &bs, const RingShape &sh, Peer &p,
                 std::vector<std::unique_ptr<Conn>> *out) const {
@@ -508,6 +558,7 @@ class ShmTransport final : public Transport {
 }  // namespace
 
 uint64_t shmMappedPulls() { return g_mappedPulls.load(std::memory_order_relaxed); }
+uint64_t shmAdoptedConns() { return g_adopted.load(std::memory_order_relaxed); }
 
 std::unique_ptr<Transport> makeShmTransport() { return std::make_unique<ShmTransport>(); }
 

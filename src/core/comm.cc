@@ -67,7 +67,9 @@ bool commIsLive(const flagcxComm *comm) {
 // device-kind cluster, each a whole number from 1 to that cluster's size,
 // and must be the same on every rank (checked collectively, so that a bad
 // list fails the init everywhere instead of hanging some ranks).
-static flagcxResult_t assignClusters(flagcxComm *comm) {
+// A shrink's child (`viewOf`) leaves the check out: its parent made it, over
+// every member, with the same list.
+static flagcxResult_t assignClusters(flagcxComm *comm, bool viewOf) {
   int n = comm->nranks;
   const auto &peers = comm->bs->peers();
   std::vector<int> kinds;  // device kind of each device-kind cluster
@@ -115,7 +117,8 @@ static flagcxResult_t assignClusters(flagcxComm *comm) {
   uint64_t mine = list.empty() ? 0 : bad.empty() ? fnv1a("clusters:" + list) : 1;
   std::vector<uint64_t> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm->rank)] = mine;
-  FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(uint64_t)));
+  if (!viewOf) FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(uint64_t)));
+  else std::fill(all.begin(), all.end(), mine);
   if (!bad.empty())
     return argError(flagcxInvalidArgument, kInit, "rank %d: FLAGCX_CLUSTER_SPLIT_LIST=%s: %s",
                     comm->rank, list.c_str(), bad.c_str());
@@ -175,7 +178,7 @@ flagcxResult_t commConnect(flagcxComm *comm, const std::vector<int> &peers) {
 // Which transport reaches each peer: same host -> shm (unless disabled),
 // otherwise socket; network peers over verbs where both ends have an RDMA
 // port (ibSplitPeers is collective: every rank calls it once, here).
-static flagcxResult_t chooseTransports(flagcxComm *comm) {
+static flagcxResult_t chooseTransports(flagcxComm *comm, ChildOf *from) {
   const auto &all = comm->bs->peers();
   const uint64_t me = all[static_cast<size_t>(comm->rank)].hostHash;
   bool shmOff = paramInt(Param::SHM_DISABLE) != 0;
@@ -185,7 +188,10 @@ static flagcxResult_t chooseTransports(flagcxComm *comm) {
     bool same = all[static_cast<size_t>(r)].hostHash == me;
     (same && !shmOff ? shmPeers : sockPeers).push_back(r);
   }
-  FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &comm->ib));
+  // A child learns from its members' parents whether the probe can matter.
+  if (from) FLAGCX_CHECK(commChildFacts(comm, from));
+  if (!from || from->anyVerbs)
+    FLAGCX_CHECK(ibSplitPeers(*comm->bs, &shmPeers, &sockPeers, &ibPeers, &comm->ib));
   comm->shm = makeShmTransport();
   comm->sock = makeSocketTransport();
   // What a Conn's receive helpers fold with (Conn::irecvFold), once per transport.
@@ -200,7 +206,23 @@ static flagcxResult_t chooseTransports(flagcxComm *comm) {
   return flagcxSuccess;
 }
 
-flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank) {
+// The executor's collective set-up, even beside a vendor CCL, which leaves
+// the engine the calls it cannot do our way (commColl).  Device buffers read
+// in place by same-host peers (CUDA IPC), when every rank is a CUDA rank of
+// this host and allows it (a collective vote, made on every rank).  A
+// shrink's child: its members are processes its parent proved.
+static flagcxResult_t setupExecutor(flagcxComm *comm, const ChildOf *from) {
+  bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
+  for (const PeerInfo &p : comm->bs->peers())
+    canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
+  std::vector<pid_t> known;
+  if (from && from->shrink)
+    for (int m : from->members) known.push_back(from->parent->exec->provenPid(m));
+  return comm->exec->setup(canDirect, known.empty() ? nullptr : &known);
+}
+
+flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank,
+                        ChildOf *from) {
   DeviceAdapter *dev = selectedAdapter();
   if (!dev) {
     return argError(flagcxInvalidUsage, kInit, "FLAGCX_DEVICE=%s: that device adapter is not "
@@ -222,7 +244,8 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   self.deviceKind = static_cast<int32_t>(dev->kind());
   self.deterministic = paramInt(Param::DETERMINISTIC) != 0;
   snprintf(self.host, sizeof(self.host), "%s", hostName.c_str());
-  FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
+  if (from && from->shrink) comm->bs = from->parent->bs->view(from->members, from->childNo);
+  else FLAGCX_CHECK(Bootstrap::create(id, rank, nranks, self, &comm->bs));
   const auto &peers = comm->bs->peers();
 
   // Local rank, ranks per host, number of hosts.
@@ -243,7 +266,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   FLAGCX_CHECK(sameModeEverywhere(comm.get(), "FLAGCX_DETERMINISTIC",
                                   [&peers](int r) { return peers[static_cast<size_t>(r)].deterministic != 0; }));
   comm->nNodes = static_cast<int>(hosts.size());
-  FLAGCX_CHECK(assignClusters(comm.get()));
+  FLAGCX_CHECK(assignClusters(comm.get(), from && from->shrink));
 
   // Hierarchical algorithms group ranks by host; with equal clusters from
   // FLAGCX_CLUSTER_SPLIT_LIST they group by cluster instead.
@@ -260,7 +283,8 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   // op but alltoall/alltoallv, whose schedules name every rank), to the
   // others on first use (the executor asks through env.connect).
   comm->conns.resize(static_cast<size_t>(nranks * comm->nchannels));
-  FLAGCX_CHECK(chooseTransports(comm.get()));
+  FLAGCX_CHECK(chooseTransports(comm.get(), from));
+  if (from) commAdoptConns(comm.get(), *from);
   std::vector<int> first;
   if (paramInt(Param::CONNECT_ALL) != 0) {
     for (int r = 0; r < nranks; r++)
@@ -292,16 +316,7 @@ flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, 
   env.connect = [raw](const std::vector<int> &peers) { return commConnect(raw, peers); };
   comm->exec = std::make_unique<Executor>(env);
   comm->exec->setDeterministic(paramInt(Param::DETERMINISTIC) != 0);
-  {
-    // Set up even beside a vendor CCL, which leaves the engine the calls it
-    // cannot do our way (commColl).  Device buffers read in place by
-    // same-host peers (CUDA IPC), when every rank is a CUDA rank of this
-    // host and allows it (a collective vote, made on every rank).
-    bool canDirect = comm->nNodes == 1 && paramInt(Param::IPC_DISABLE) == 0;
-    for (const PeerInfo &p : comm->bs->peers())
-      canDirect = canDirect && p.deviceKind == static_cast<int32_t>(DeviceKind::Cuda);
-    FLAGCX_CHECK(comm->exec->setup(canDirect));
-  }
+  FLAGCX_CHECK(setupExecutor(comm.get(), from));
   FLAGCX_CHECK(comm->bs->barrier());
   INFO(kInit, "rank %d/%d ready: device %s, host %s (local rank %d of %d, %d host(s)), "
        "%zu peer(s) connected, the others on first use, %d channel(s)%s", rank, nranks,

@@ -66,9 +66,25 @@ struct flagcxComm {
 
 namespace flagcx {
 
+// What a communicator made from a parent by split or shrink may take from
+// it (src/core/elastic.cc, docs/ELASTIC.md).
+struct ChildOf {
+  flagcxComm *parent = nullptr;
+  std::vector<int> members;  // parent ranks, in the child's order
+  uint32_t childNo = 0;      // the parent's count of children, alike on every member
+  bool shrink = false;       // the child's bootstrap is a view of the parent's
+  bool takeConns = false;    // an abortive shrink whose parent drained
+  // Learnt during the child's init (commChildFacts): whether any member's
+  // parent reached a peer over verbs, and the child ranks whose parent's
+  // Conns to this rank both ends hand on to the child.
+  bool anyVerbs = true;
+  std::vector<int> adoptWith;
+};
+
 // Live-communicator registry: catches use of a destroyed or aborted comm.
 bool commIsLive(const flagcxComm *comm);
-flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank);
+flagcxResult_t commInit(flagcxComm **out, int nranks, const flagcxUniqueId &id, int rank,
+                        ChildOf *from = nullptr);
 flagcxResult_t commDestroy(flagcxComm *comm, bool abort);
 // Connect to the listed peers that have no connection yet (each of them
 // must make the same call for this rank; bounded by FLAGCX_TIMEOUT).
@@ -86,6 +102,16 @@ flagcxResult_t commGrowId(flagcxComm *parent, flagcxUniqueId *id);
 flagcxResult_t commGrow(flagcxComm *parent, int nranks, const flagcxUniqueId *id, int rank,
                         flagcxComm **out);
 flagcxResult_t commRevoke(flagcxComm *comm);
+// A child's init (commInit with `from`; one allgather over the child): fills
+// from->anyVerbs (when no member's parent reached a peer over verbs, no pair
+// of the child can, and the verbs probe is left out) and from->adoptWith
+// (a shrink: the members whose parent and this rank's drained after
+// FLAGCX_SHRINK_ABORT and hold shm Conns to each other).
+flagcxResult_t commChildFacts(flagcxComm *child, ChildOf *from);
+// Then, its transports chosen: those Conns become the child's.  Neither end
+// uses them before commInit's closing barrier, after which both have
+// emptied their halves of the rings.
+void commAdoptConns(flagcxComm *child, const ChildOf &from);
 
 // The operations, after the API's checks: through the vendor pass-through
 // when the communicator has one, except the collectives it cannot do our way

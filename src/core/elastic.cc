@@ -37,13 +37,15 @@ uint32_t nextChildTag(flagcxComm *parent) {
   return kChildTag | (parent->children++ & 0xffffffu);
 }
 
-// The first member makes the child's id and hands it to the others.
+// The first member makes the child's id (`id` non-null: a child with a
+// rendezvous of its own) and hands it, with the members' digest, to the
+// others.
 flagcxResult_t shareChildId(flagcxComm *parent, uint32_t tag, const std::vector<int> &members,
                             const char *what, flagcxUniqueId *id) {
   ChildNote note{};
   const uint64_t digest = digestOf(members);
   if (parent->rank == members[0]) {
-    FLAGCX_CHECK(makeFreshId(&note.id, 0));
+    if (id) FLAGCX_CHECK(makeFreshId(&note.id, 0));
     note.members = digest;
     for (size_t i = 1; i < members.size(); i++)
       FLAGCX_CHECK(parent->bs->send(members[i], tag, &note, sizeof note));
@@ -54,16 +56,17 @@ flagcxResult_t shareChildId(flagcxComm *parent, uint32_t tag, const std::vector<
                       "communicator's first rank) counts other members than this rank; every "
                       "member must pass the same arguments", what, parent->rank, members[0]);
   }
-  *id = note.id;
+  if (id) *id = note.id;
   return flagcxSuccess;
 }
 
-// Builds the child (this rank is members[i]) and restores the log's rank.
-flagcxResult_t initChild(flagcxComm *parent, const std::vector<int> &members,
-                         const flagcxUniqueId &id, flagcxComm **out) {
+// Builds the child (this rank is a member) and restores the log's rank.
+flagcxResult_t initChild(ChildOf &from, const flagcxUniqueId &id, flagcxComm **out) {
+  flagcxComm *parent = from.parent;
+  const std::vector<int> &members = from.members;
   int me = static_cast<int>(std::find(members.begin(), members.end(), parent->rank) -
                             members.begin());
-  flagcxResult_t r = commInit(out, static_cast<int>(members.size()), id, me);
+  flagcxResult_t r = commInit(out, static_cast<int>(members.size()), id, me, &from);
   logSetRank(parent->rank);
   if (r == flagcxSuccess)
     INFO(kInit, "rank %d: new communicator of %zu rank(s), rank %d in it", parent->rank,
@@ -103,29 +106,98 @@ flagcxResult_t commSplit(flagcxComm *parent, int color, int key, flagcxComm **ou
   });
   flagcxUniqueId id;
   FLAGCX_CHECK(shareChildId(parent, tag, members, "flagcxCommSplit", &id));
-  return initChild(parent, members, id, out);
+  ChildOf from;
+  from.parent = parent;
+  from.members = std::move(members);
+  return initChild(from, id, out);
 }
 
 flagcxResult_t commShrink(flagcxComm *parent, const std::vector<int> &exclude, bool abort,
                           flagcxComm **out) {
   *out = nullptr;
   const uint32_t tag = nextChildTag(parent);
+  ChildOf from;
+  from.parent = parent;
+  from.childNo = tag;
+  from.shrink = true;
   if (abort) {
     // Fail what is in flight on the parent; its jobs stop touching the
     // user's buffers before this returns (or are reported as still running).
+    // Drained, the parent's connections are idle and may go to the child.
     parent->exec->abort();
-    if (!parent->exec->drain())
+    from.takeConns = parent->exec->drain();
+    if (!from.takeConns)
       WARN(kInit, "flagcxCommShrink: rank %d: %d operation(s) of the parent still running 2 s "
            "after the abort", parent->rank, parent->exec->inFlight());
   } else {
     FLAGCX_CHECK(settleParent(parent, "flagcxCommShrink"));
   }
-  std::vector<int> members;
   for (int r = 0; r < parent->nranks; r++)
-    if (std::find(exclude.begin(), exclude.end(), r) == exclude.end()) members.push_back(r);
-  flagcxUniqueId id;
-  FLAGCX_CHECK(shareChildId(parent, tag, members, "flagcxCommShrink", &id));
-  return initChild(parent, members, id, out);
+    if (std::find(exclude.begin(), exclude.end(), r) == exclude.end()) from.members.push_back(r);
+  // No id: the child's bootstrap is a view of the parent's (commInit).
+  FLAGCX_CHECK(shareChildId(parent, tag, from.members, "flagcxCommShrink", nullptr));
+  return initChild(from, flagcxUniqueId{}, out);
+}
+
+namespace {
+
+// Whether this rank's parent can hand its Conns to child rank q on: drained
+// after FLAGCX_SHRINK_ABORT, and every channel's Conn one shm can adopt.
+bool canGive(const flagcxComm *child, const ChildOf &from, int q) {
+  flagcxComm *parent = from.parent;
+  const int pr = from.members[static_cast<size_t>(q)], nch = child->nchannels;
+  bool ok = from.takeConns && q != child->rank && parent->nchannels == nch &&
+            parent->shm && parent->via[static_cast<size_t>(pr)] == parent->shm.get();
+  for (int c = 0; ok && c < nch; c++)
+    ok = parent->conn(pr, c) && parent->shm->adoptable(*parent->conn(pr, c));
+  return ok;
+}
+
+}  // namespace
+
+flagcxResult_t commChildFacts(flagcxComm *child, ChildOf *from) {
+  // Each member's slot: whether its parent used verbs, its
+  // FLAGCX_SHM_BUFFER_SIZE, and a bit per child rank it can hand Conns to.
+  const size_t n = static_cast<size_t>(child->nranks), slot = 2 + (n + 63) / 64;
+  const size_t me = static_cast<size_t>(child->rank);
+  std::vector<uint64_t> all(n * slot);
+  uint64_t *mine = &all[me * slot];
+  mine[0] = from->parent->ib != nullptr;
+  mine[1] = static_cast<uint64_t>(paramInt(Param::SHM_BUFFER_SIZE));
+  for (size_t q = 0; from->shrink && q < n; q++)
+    if (canGive(child, *from, static_cast<int>(q))) mine[2 + q / 64] |= uint64_t{1} << (q % 64);
+  FLAGCX_CHECK(child->bs->allgather(all.data(), slot * sizeof(uint64_t)));
+  bool sameRings = true;
+  from->anyVerbs = false;
+  for (size_t r = 0; r < n; r++) {
+    from->anyVerbs = from->anyVerbs || all[r * slot] != 0;
+    sameRings = sameRings && all[r * slot + 1] == mine[1];
+  }
+  from->adoptWith.clear();
+  auto bit = [&](size_t r, size_t q) { return (all[r * slot + 2 + q / 64] >> (q % 64)) & 1; };
+  for (size_t q = 0; q < n && sameRings && !from->anyVerbs; q++)
+    if (bit(me, q) && bit(q, me)) from->adoptWith.push_back(static_cast<int>(q));
+  return flagcxSuccess;
+}
+
+void commAdoptConns(flagcxComm *child, const ChildOf &from) {
+  flagcxComm *parent = from.parent;
+  Transport *shm = child->shm.get();
+  const int nch = child->nchannels;
+  size_t taken = 0;
+  for (int q : from.adoptWith) {
+    if (child->via[static_cast<size_t>(q)] != shm) continue;  // as on q's side
+    const int pr = from.members[static_cast<size_t>(q)];
+    for (int c = 0; c < nch; c++) {
+      auto &old = parent->conns[static_cast<size_t>(pr * nch + c)];
+      child->conns[static_cast<size_t>(q * nch + c)] = shm->adopt(*old, child->rank, q);
+      old.reset();
+    }
+    taken++;
+  }
+  if (from.shrink)
+    INFO(kInit, "rank %d: took the connections to %zu peer(s) over from the parent", child->rank,
+         taken);
 }
 
 flagcxResult_t commGrowId(flagcxComm *parent, flagcxUniqueId *id) {

@@ -275,7 +275,9 @@ flagcxResult_t groupEnd() {
 Executor::Executor(const ExecEnv &env) : s_(std::make_unique<ExecState>(env)) {}
 Executor::~Executor() = default;
 
-flagcxResult_t Executor::setup(bool canDirect) {
+pid_t Executor::provenPid(int rank) const { return s_->provenPid[static_cast<size_t>(rank)]; }
+
+flagcxResult_t Executor::setup(bool canDirect, const std::vector<pid_t> *known) {
   // A host rank runs as a staged one under the emulated copy engine (tests).
   bool host = s_->dev->kind() == DeviceKind::Host && paramInt(Param::HOST_COPY_ENGINE_NS) == 0;
   s_->mode = host ? ExecMode::Host : ExecMode::Staged;
@@ -287,7 +289,11 @@ flagcxResult_t Executor::setup(bool canDirect) {
     if (r != s_->rank && peers[static_cast<size_t>(r)].hostHash == peers[static_cast<size_t>(s_->rank)].hostHash)
       local.push_back(r);
   std::vector<pid_t> pids;
-  FLAGCX_CHECK(provePeers(*s_->env.bs, local, &pids));
+  if (known) {
+    for (int r : local) pids.push_back((*known)[static_cast<size_t>(r)]);
+  } else {
+    FLAGCX_CHECK(provePeers(*s_->env.bs, local, &pids));
+  }
   s_->provenPid.assign(static_cast<size_t>(s_->nranks), 0);
   s_->provenPid[static_cast<size_t>(s_->rank)] = getpid();
   for (size_t i = 0; i < local.size(); i++) s_->provenPid[static_cast<size_t>(local[i])] = pids[i];

@@ -53,7 +53,10 @@ class Executor {
   // Collective over the communicator, once at init: pick the mode.  Direct
   // mode needs every rank to be able to map its peers' device memory
   // (`canDirect`: this rank's view, from the communicator); the ranks vote.
-  flagcxResult_t setup(bool canDirect);
+  // `known`: each rank's pid as the kernel proved it for another
+  // communicator of the same processes (a shrink's parent), else proved here.
+  flagcxResult_t setup(bool canDirect, const std::vector<pid_t> *known = nullptr);
+  pid_t provenPid(int rank) const;  // as proved at setup; 0: another host, unproven
   ExecMode mode() const;
   // Deterministic mode (docs/DETERMINISM.md): the calls foldsInOrder names
   // give the rank-ordered left fold on every path.  Set before the first

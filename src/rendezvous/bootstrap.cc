@@ -2,6 +2,7 @@
 // listener for its peers' connections, and the tagged messages over them.
 #include "rendezvous/bootstrap.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -40,13 +41,15 @@ struct Bootstrap::Impl {
   std::vector<int> out;  // connections we opened, for sending
   std::vector<int> in;   // connections peers opened, for receiving
   struct Msg {
-    uint32_t tag;
+    uint32_t space, tag;
     std::vector<char> data;
   };
   std::vector<std::deque<Msg>> unexpected;  // per peer: arrived before their recv
   std::vector<uint64_t> unexpectedBytes;
+  // Per peer: one sender, and one reader of its connection and queue, at a
+  // time (views over these connections may be used from several threads).
+  std::unique_ptr<std::mutex[]> sendMu, recvMu;
   std::mutex mu;
-  std::atomic<bool> aborted{false};
   std::atomic<bool> stop{false};
   WakeFd stopping;  // signalled with `stop`: the acceptor leaves at once
   std::thread acceptor;
@@ -94,7 +97,7 @@ struct Bootstrap::Impl {
 
 struct MsgHeader {
   uint32_t tag;
-  uint32_t pad;
+  uint32_t space;  // the bootstrap (view) it belongs to; 0: the one made by create
   uint64_t size;
 };
 
@@ -182,10 +185,13 @@ flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
     }
   }
   std::unique_ptr<Bootstrap> bs(new Bootstrap());
-  bs->impl_ = std::make_unique<Impl>();
+  bs->impl_ = std::make_shared<Impl>();
   Impl &im = *bs->impl_;
   bs->rank_ = rank;
   bs->nranks_ = nranks;
+  for (int r = 0; r < nranks; r++) bs->map_.push_back(r);
+  im.sendMu = std::make_unique<std::mutex[]>(static_cast<size_t>(nranks));
+  im.recvMu = std::make_unique<std::mutex[]>(static_cast<size_t>(nranks));
   bs->secret_ = did.secret;
   im.secret = did.secret;
   im.secretName = secretNameOf(did);
@@ -213,70 +219,127 @@ flagcxResult_t Bootstrap::create(const flagcxUniqueId &id, int rank, int nranks,
   return flagcxSuccess;
 }
 
-flagcxResult_t Bootstrap::send(int peer, uint32_t tag, const void *data, size_t size) {
+std::unique_ptr<Bootstrap> Bootstrap::view(const std::vector<int> &members, uint32_t childNo) const {
+  std::unique_ptr<Bootstrap> v(new Bootstrap());
+  v->impl_ = impl_;
+  v->secret_ = secret_;
+  v->nranks_ = static_cast<int>(members.size());
+  for (int m : members) {
+    if (m == rank_) v->rank_ = static_cast<int>(v->map_.size());
+    v->map_.push_back(map_[static_cast<size_t>(m)]);
+    v->peers_.push_back(peers_[static_cast<size_t>(m)]);
+  }
+  // FNV-1a of the parent's space and the child's number; never 0 (create's).
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t x : {space_, childNo}) h = (h ^ x) * 1099511628211ull;
+  v->space_ = static_cast<uint32_t>(h ^ (h >> 32)) | 1u;
+  return v;
+}
+
+flagcxResult_t Bootstrap::send(int peerIn, uint32_t tag, const void *data, size_t size) {
   Impl &im = *impl_;
-  if (im.aborted) return flagcxRemoteError;
+  if (aborted_) return flagcxRemoteError;
+  const int peer = map_[static_cast<size_t>(peerIn)];
   auto deadline = deadlineFromTimeout();
+  std::lock_guard<std::mutex> lk(im.sendMu[static_cast<size_t>(peer)]);
   int &fd = im.out[static_cast<size_t>(peer)];
   if (fd < 0) {
-    const PeerInfo &pi = peers_[static_cast<size_t>(peer)];
+    const PeerInfo &pi = peers_[static_cast<size_t>(peerIn)];
     if (connectTo(pi.bootAddr, deadline, &fd) != flagcxSuccess) {
       WARN(kBootstrap, "rank %d cannot connect to rank %d (%s) at %s", rank_, peer, pi.host,
            pi.bootAddr.str().c_str());
       fd = -1;
       return flagcxRemoteError;
     }
-    Hello h{kHelloMagic, kHelloKindPeer, rank_, 0, nranks_};
+    Hello h{kHelloMagic, kHelloKindPeer, map_[static_cast<size_t>(rank_)], 0, im.nranks};
     if (clientHandshake(fd, secret_, h, deadline) != flagcxSuccess) {
       close(fd);
       fd = -1;
       return flagcxRemoteError;
     }
   }
-  MsgHeader mh{tag, 0, size};
+  MsgHeader mh{tag, space_, size};
   flagcxResult_t res = sendAll(fd, &mh, sizeof(mh), deadline);
   if (res == flagcxSuccess && size) res = sendAll(fd, data, size, deadline);
   if (res != flagcxSuccess)
     WARN(kBootstrap, "rank %d: bootstrap send to rank %d (%s) failed (peer gone or timeout)",
-         rank_, peer, peers_[static_cast<size_t>(peer)].host);
+         rank_, peerIn, peers_[static_cast<size_t>(peerIn)].host);
   return res;
 }
 
+// Waits in slices, the connection's lock released in between, so that
+// views sharing the connection each find their messages.
 flagcxResult_t Bootstrap::recv(int peer, uint32_t tag, void *data, size_t size) {
-  Impl &im = *impl_;
   auto deadline = deadlineFromTimeout();
-  const PeerInfo &pi = peers_[static_cast<size_t>(peer)];
+  Backoff wait;
+  while (true) {
+    bool got = false;
+    int fd = -1;
+    FLAGCX_CHECK(tryRecv(peer, tag, data, size, deadline, &got, &fd));
+    if (got) return flagcxSuccess;
+    if (aborted_) return flagcxRemoteError;
+    if (Clock::now() >= deadline) {
+      const PeerInfo &pi = peers_[static_cast<size_t>(peer)];
+      if (fd < 0)
+        WARN(kBootstrap, "rank %d: rank %d (%s) never connected within FLAGCX_TIMEOUT", rank_,
+             peer, pi.host);
+      else
+        WARN(kBootstrap, "rank %d: bootstrap receive from rank %d (%s) failed: peer gone or "
+             "FLAGCX_TIMEOUT expired", rank_, peer, pi.host);
+      return flagcxRemoteError;
+    }
+    if (fd < 0) {
+      wait.idle();
+      continue;
+    }
+    pollfd pf{fd, POLLIN, 0};
+    poll(&pf, 1, 50);
+  }
+}
+
+flagcxResult_t Bootstrap::tryRecv(int peerIn, uint32_t tag, void *data, size_t size,
+                                  Clock::time_point deadline, bool *got, int *fdOut) {
+  Impl &im = *impl_;
+  const int peer = map_[static_cast<size_t>(peerIn)];
+  const PeerInfo &pi = peers_[static_cast<size_t>(peerIn)];
   auto deliver = [&](std::vector<char> &bytes) -> flagcxResult_t {
     if (bytes.size() != size) {
       WARN(kBootstrap, "rank %d: bootstrap message from rank %d tag %u has %zu bytes, expected %zu",
-           rank_, peer, tag, bytes.size(), size);
+           rank_, peerIn, tag, bytes.size(), size);
       return flagcxInternalError;
     }
     if (size) memcpy(data, bytes.data(), size);
     return flagcxSuccess;
   };
+  std::lock_guard<std::mutex> reading(im.recvMu[static_cast<size_t>(peer)]);
   auto &q = im.unexpected[static_cast<size_t>(peer)];
   uint64_t &held = im.unexpectedBytes[static_cast<size_t>(peer)];
   for (auto it = q.begin(); it != q.end(); ++it) {
-    if (it->tag == tag) {
+    if (it->space == space_ && it->tag == tag) {
       flagcxResult_t r = deliver(it->data);
       held -= it->data.size();
       q.erase(it);
+      *got = true;
       return r;
     }
   }
-  int fd = -1;
-  FLAGCX_CHECK(waitForPeer(peer, deadline, &fd));
-  while (true) {
-    if (im.aborted) return flagcxRemoteError;
+  int fd;
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    fd = im.in[static_cast<size_t>(peer)];
+  }
+  *fdOut = fd;
+  while (fd >= 0 && !aborted_) {
+    pollfd pf{fd, POLLIN, 0};
+    if (poll(&pf, 1, 0) <= 0) return flagcxSuccess;  // nothing to read now
     MsgHeader mh{};
     if (recvAll(fd, &mh, sizeof(mh), deadline) != flagcxSuccess) {
       WARN(kBootstrap, "rank %d: bootstrap receive from rank %d (%s) failed: peer gone or "
-           "FLAGCX_TIMEOUT expired", rank_, peer, pi.host);
+           "FLAGCX_TIMEOUT expired", rank_, peerIn, pi.host);
       return flagcxRemoteError;
     }
     // The header is checked before anything is allocated for its payload.
-    const bool mine = mh.tag == tag;
+    const bool mine = mh.tag == tag && mh.space == space_;
     const char *bad = mine ? (mh.size != size ? "not the size of the receive for its tag" : nullptr)
                       : mh.size > kMaxMessage ? "larger than any set-up message"
                       : q.size() >= kMaxEarlyMessages || held + mh.size > kMaxEarlyBytes
@@ -284,7 +347,7 @@ flagcxResult_t Bootstrap::recv(int peer, uint32_t tag, void *data, size_t size) 
                           : nullptr;
     if (bad) {
       WARN(kBootstrap, "rank %d: bootstrap message from rank %d (%s) with tag %u and %llu bytes "
-           "is %s (waiting for tag %u, %zu bytes; %zu message(s), %llu bytes held)", rank_, peer,
+           "is %s (waiting for tag %u, %zu bytes; %zu message(s), %llu bytes held)", rank_, peerIn,
            pi.host, mh.tag, static_cast<unsigned long long>(mh.size), bad, tag, size, q.size(),
            static_cast<unsigned long long>(held));
       shutdown(fd, SHUT_RDWR);  // its payload is not read: nothing after it can be
@@ -292,37 +355,21 @@ flagcxResult_t Bootstrap::recv(int peer, uint32_t tag, void *data, size_t size) 
     }
     void *dst = data;
     if (!mine) {
-      q.push_back({mh.tag, std::vector<char>(mh.size)});
+      q.push_back({mh.space, mh.tag, std::vector<char>(mh.size)});
       held += mh.size;
       dst = q.back().data.data();
     }
     if (mh.size && recvAll(fd, dst, mh.size, deadline) != flagcxSuccess) {
-      WARN(kBootstrap, "rank %d: bootstrap receive from rank %d (%s) broke off", rank_, peer,
+      WARN(kBootstrap, "rank %d: bootstrap receive from rank %d (%s) broke off", rank_, peerIn,
            pi.host);
       return flagcxRemoteError;
     }
-    if (mine) return flagcxSuccess;
-  }
-}
-
-// The connection rank `peer` opened to this one (the acceptor registers it).
-flagcxResult_t Bootstrap::waitForPeer(int peer, Clock::time_point deadline, int *fd) {
-  Impl &im = *impl_;
-  Backoff wait;
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lk(im.mu);
-      *fd = im.in[static_cast<size_t>(peer)];
+    if (mine) {
+      *got = true;
+      return flagcxSuccess;
     }
-    if (*fd >= 0) return flagcxSuccess;
-    if (im.aborted) return flagcxRemoteError;
-    if (Clock::now() >= deadline) {
-      WARN(kBootstrap, "rank %d: rank %d (%s) never connected within FLAGCX_TIMEOUT", rank_, peer,
-           peers_[static_cast<size_t>(peer)].host);
-      return flagcxRemoteError;
-    }
-    wait.idle();
   }
+  return flagcxSuccess;
 }
 
 flagcxResult_t Bootstrap::allgather(void *data, size_t size) {
@@ -354,7 +401,9 @@ flagcxResult_t Bootstrap::barrier() {
 
 void Bootstrap::abort() {
   Impl &im = *impl_;
-  im.aborted = true;
+  aborted_ = true;
+  // Connections a view still uses stay open: only this bootstrap's calls end.
+  if (impl_.use_count() > 1) return;
   for (int fd : im.out)
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
   for (int fd : im.in)

@@ -46,6 +46,14 @@ class Bootstrap {
   // FLAGCX_TIMEOUT expires (the error then names the missing ranks).
   static flagcxResult_t create(const flagcxUniqueId &id, int rank, int nranks,
                                const PeerInfo &self, std::unique_ptr<Bootstrap> *out);
+  // A bootstrap of `members` (ranks of this one, in the new order, this rank
+  // among them) over this one's connections: no rendezvous, the same secret
+  // and PeerInfo, its messages apart from every other bootstrap's over the
+  // same connections (a space named by this one's and `childNo`, which every
+  // member passes alike).  The connections are shared: this bootstrap and
+  // the view may be released or aborted in any order (abort stops only the
+  // caller's own calls), and ranks outside `members` are never reached.
+  std::unique_ptr<Bootstrap> view(const std::vector<int> &members, uint32_t childNo) const;
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
@@ -67,9 +75,14 @@ class Bootstrap {
 
  private:
   Bootstrap() = default;
-  flagcxResult_t waitForPeer(int peer, Clock::time_point deadline, int *fd);
+  // A recv's one step: the message if it is here or can be read now.
+  flagcxResult_t tryRecv(int peer, uint32_t tag, void *data, size_t size, Clock::time_point deadline,
+                         bool *got, int *fd);
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared by the views over the same connections
+  std::vector<int> map_;        // [rank]: the rank in impl_'s network
+  uint32_t space_ = 0;          // what this bootstrap's messages carry
+  std::atomic<bool> aborted_{false};
   int rank_ = 0, nranks_ = 0;
   Secret secret_{};
   std::vector<PeerInfo> peers_;
