@@ -74,6 +74,7 @@ class Executor {
   // none is used.
   size_t smallBytes() const;
   uint64_t smallCalls() const;  // collectives that took the shared block (tests)
+  uint64_t asyncCalls() const;  // staged calls that returned at once, stream-ordered (tests)
   uint64_t shmDirectCalls() const;  // collectives done straight between buffers (tests)
   int inFlight() const;                  // jobs enqueued and not finished
   flagcxResult_t asyncError() const;     // the first failure of a job
