@@ -28,6 +28,10 @@ class StreamHold {
   virtual bool usable() = 0;
   // Whether `stream` may be held now (a live stream, not under graph capture).
   virtual bool canHold(flagcxStream_t stream) = 0;
+  // Whether copies between p and page-locked host memory queued on a stream
+  // run in the stream's order without the caller waiting (device memory;
+  // CUDA copies from or to pageable host memory may run or wait at once).
+  virtual bool streamOrdered(const void *p) = 0;
   // n zeroed words the device can wait on, *words[i] for i < n; freed with
   // freeWords (on the caller's thread: it may synchronize the device).
   virtual flagcxResult_t allocWords(int n, HoldPoint *words) = 0;

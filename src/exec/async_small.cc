@@ -222,6 +222,11 @@ bool asyncLaunch(Job *j, JobRunner run, flagcxResult_t *res) {
   AsyncPath *p = pathOf(s);
   if (!p || p->off.load() || inB > p->maxB || outB > p->maxB || !p->h->canHold(j->stream))
     return false;
+  CollItem &ci = j->colls[0];
+  size_t in = 0, out = 0;
+  rankBytes(ci.a, s->rank, inB, outB, &in, &out);
+  if ((in && !p->h->streamOrdered(ci.a.send)) || (out && !p->h->streamOrdered(ci.a.recv)))
+    return false;  // host buffers of a device rank: the ordinary path
   std::lock_guard<std::mutex> g(p->launchMu);
   int i = 0;
   if ((*res = claimSlot(p, &i)) != flagcxSuccess) {  // nothing queued: the job goes back
@@ -230,9 +235,6 @@ bool asyncLaunch(Job *j, JobRunner run, flagcxResult_t *res) {
     return true;
   }
   Slot &sl = p->slots[i];
-  CollItem &ci = j->colls[0];
-  size_t in = 0, out = 0;
-  rankBytes(ci.a, s->rank, inB, outB, &in, &out);
   sl.stream = j->stream;
   sl.late = flagcxSuccess;
   bool held = false;

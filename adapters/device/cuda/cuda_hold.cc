@@ -26,6 +26,7 @@ class CudaHold final : public StreamHold {
     }
     return st == cudaStreamCaptureStatusNone;  // a captured hold would replay without its release
   }
+  bool streamOrdered(const void *p) override { return where(p) == Where::Device; }
   flagcxResult_t allocWords(int n, HoldPoint *words) override {
     void *p = nullptr;
     size_t bytes = static_cast<size_t>(n) * 64;  // one word per cache line

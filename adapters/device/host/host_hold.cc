@@ -37,6 +37,7 @@ class HostHold final : public StreamHold {
  public:
   bool usable() override { return true; }
   bool canHold(flagcxStream_t stream) override { return stream && host::streamValid(stream); }
+  bool streamOrdered(const void *) override { return true; }  // every copy is a queued entry
   flagcxResult_t allocWords(int n, HoldPoint *words) override {
     auto *w = static_cast<uint32_t *>(calloc(static_cast<size_t>(n), 64));
     if (!w) return flagcxSystemError;
