@@ -54,7 +54,7 @@ struct CollItem {
   uint64_t seq;
   std::vector<size_t> v;  // alltoallv counts/displacements, copied at call time
   bool ordered = false;   // folds in rank order (deterministic mode, foldsInOrder)
-  bool hostBufs = false;  // a staged rank's call on host slots (async_small.cc): run as a host rank's
+  bool hostBufs = false;  // a staged rank's call on host slots (async_small.cc): run as a host call
   FlightEntry *flight = nullptr;
 };
 
