@@ -10,6 +10,8 @@
 
 namespace flagcx {
 
+class StreamHold;  // adapters/device/stream_hold.h
+
 // Work placed on a stream: a plain function and its argument, so that
 // enqueueing allocates nothing.  A task that fails records its error on the
 // stream; streamSynchronize returns it.
@@ -173,10 +175,13 @@ class DeviceAdapter {
   // No task of `lane` is queued or running any more, nor will be: free what
   // the adapter keeps for it (a CUDA progress thread).
   virtual void releaseLane(const void * /*lane*/) {}
+  // Holding a stream on a host word (stream_hold.h); nullptr: none.
+  virtual StreamHold *streamHold() { return nullptr; }
 };
 
-// The host adapter (always available).
+// The host adapter (always available), and its stream holds.
 DeviceAdapter *hostAdapter();
+StreamHold *hostStreamHold();
 // The CUDA adapter, in builds that have one (adapters/device/cuda); nullptr
 // when no GPU is usable here (cudaUnavailableReason() in cuda_internal.h says why).
 DeviceAdapter *cudaAdapter();

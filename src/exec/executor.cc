@@ -59,7 +59,7 @@ SchedulePath::SchedulePath(ExecState *s)
 SchedulePath::~SchedulePath() = default;
 
 flagcxResult_t SchedulePath::run(CollItem &ci) {
-  return s_->mode == ExecMode::Host ? runColl(s_, ci) : runCollStaged(s_, ci);
+  return s_->mode == ExecMode::Host || ci.hostBufs ? runColl(s_, ci) : runCollStaged(s_, ci);
 }
 
 ExecState::ExecState(const ExecEnv &e)
@@ -207,6 +207,8 @@ flagcxResult_t runJob(void *arg) {
 flagcxResult_t launch(Job *j) {
   ExecState *s = j->ex;
   TRACE(kColl, "rank %d: launching job (%zu collective(s))", s->rank, j->ncolls);
+  flagcxResult_t res = flagcxSuccess;
+  if (asyncLaunch(j, runJob, &res)) return res;  // a staged rank's small call: returns at once
   if (s->mode == ExecMode::Direct) {
     flagcxResult_t r = reserveDirect(j);
     if (r != flagcxSuccess) {
@@ -327,6 +329,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
   ci.seq = s_->collSeq++;
   ci.flight = nullptr;
   ci.ordered = ordered(args);
+  ci.hostBufs = false;
   if (args.op == OpKind::AlltoAllv) {
     size_t n = static_cast<size_t>(s_->nranks);
     ci.v.resize(4 * n);
@@ -340,6 +343,7 @@ flagcxResult_t Executor::enqueueColl(const CollArgs &args, flagcxStream_t stream
 
 size_t Executor::smallBytes() const { return smallMaxBytes(s_.get()); }
 uint64_t Executor::smallCalls() const { return flagcx::smallCalls(s_.get()); }
+uint64_t Executor::asyncCalls() const { return flagcx::asyncCalls(s_.get()); }
 uint64_t Executor::shmDirectCalls() const { return flagcx::shmDirectCalls(s_.get()); }
 uint64_t Executor::shmDirectOverlaps() const { return flagcx::stageOverlaps(s_.get()); }
 int Executor::inFlight() const { return s_->inFlight.load(); }

@@ -77,6 +77,7 @@ class Executor {
   // none is used.
   size_t smallBytes() const;
   uint64_t smallCalls() const;  // collectives that took the shared block (tests)
+  uint64_t asyncCalls() const;  // staged calls that returned at once, stream-ordered (tests)
   uint64_t shmDirectCalls() const;  // collectives done straight between buffers (tests)
   uint64_t shmDirectOverlaps() const;  // ... where peers started before a staged input was down (tests)
   int inFlight() const;                  // jobs enqueued and not finished

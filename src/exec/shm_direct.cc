@@ -545,7 +545,7 @@ flagcxResult_t directCall(ExecState *s, CollItem &ci, CollItem &h, bool usable, 
 flagcxResult_t ShmDirectPath::run(CollItem &ci) {
   ExecState *s = s_;
   bool took = false;
-  if (s->mode != ExecMode::Staged) return directCall(s, ci, ci, true, &took);
+  if (s->mode != ExecMode::Staged || ci.hostBufs) return directCall(s, ci, ci, true, &took);
   CollItem h = ci;
   bool ok = false;
   FLAGCX_CHECK(stageDirect(s, ci, &h, &ok));

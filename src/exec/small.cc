@@ -452,7 +452,7 @@ flagcxResult_t BlockPath::run(CollItem &ci) {
   const size_t give = rootOnly && me != a.root ? 0 : slotNeed(a, n);
   // A staged rank's adapter copies its input from the device straight into
   // its slot, and its output back from host memory.
-  const bool staged = s->mode == ExecMode::Staged;
+  const bool staged = s->mode == ExecMode::Staged && !ci.hostBufs;
   s->curTag = blockTag(ci);
   ci.flight = s->flight.begin(ci.seq, opName(a.op), "shm-small", bytes, a.dtype,
                               opIsRooted(a.op) ? a.root : -1);

@@ -35,6 +35,7 @@
 
 #include "adapters/adapters.h"
 #include "base/base.h"
+#include "exec/async_small.h"
 #include "exec/executor.h"
 #include "exec/flight.h"
 #include "net/net.h"
@@ -53,6 +54,7 @@ struct CollItem {
   uint64_t seq;
   std::vector<size_t> v;  // alltoallv counts/displacements, copied at call time
   bool ordered = false;   // folds in rank order (deterministic mode, foldsInOrder)
+  bool hostBufs = false;  // a staged rank's call on host slots (async_small.cc): run as a host call
   FlightEntry *flight = nullptr;
 };
 
@@ -359,6 +361,8 @@ struct ExecState {
   std::unique_ptr<SchedulePath> sched;
   std::vector<CollPath *> oneHost;
   bool blockTakesCalls = false;  // block is in oneHost and its calls are quick (host mode)
+  // Stream-ordered small calls of a staged rank (async_small.cc); made on first use.
+  std::unique_ptr<AsyncPath, AsyncPathFree> async;
 };
 
 // coll_run.cc: the next piece of `w`.  With wait false, a piece whose

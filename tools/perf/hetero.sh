@@ -8,7 +8,8 @@
 #     run under the MPS daemon, so that two sharing the GPU do not time-slice);
 #   - staged CUDA ranks (FLAGCX_USE_HETERO_COMM=1 FLAGCX_IPC_DISABLE=1), 2
 #     ranks sharing the GPU under MPS, against host buffers: allreduce;
-#   - 8-byte allreduce latency, pair mixed against host-only.
+#   - 8-byte allreduce latency, pair mixed against host-only, and mixed with
+#     the stream-ordered small-call path off (FLAGCX_STREAM_ASYNC_BYTES=0).
 # Each point is tools/perf/test_<op>, one rank per process, launched by the
 # machine's MPI (Open MPI: mpirun --bind-to none, per-rank FLAGCX_DEVICE by
 # MPMD contexts; MPICH: mpiexec -env).  A run that cannot start before
@@ -142,6 +143,8 @@ for t in shm socket; do
   say "latency, $t"
   point "lat-$t-pair-host" allreduce host,host "-b 8 -e 8" $(transport_env $t)
   point "lat-$t-pair-mixed" allreduce host,cuda "-b 8 -e 8" $(transport_env $t)
+  point "lat-$t-pair-mixed-blocking" allreduce host,cuda "-b 8 -e 8" $(transport_env $t) \
+    FLAGCX_STREAM_ASYNC_BYTES=0
 done
 
 # ops_vs_host SHAPE HOST_KINDS MIXED_KINDS OPS...: each op over shm and

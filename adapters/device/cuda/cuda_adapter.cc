@@ -280,6 +280,7 @@ class CudaAdapter final : public DeviceAdapter {
   void batchBegin() override { cuda::batchBegin(); }
   flagcxResult_t batchEnd() override { return cuda::batchEnd(); }
   void releaseLane(const void *lane) override { cuda::releaseLane(lane); }
+  StreamHold *streamHold() override { return cuda::streamHold(); }
 
   // Direct mode (CUDA IPC between processes of one host).
   bool ipcSupported() override { return driver().memGetAddressRange != nullptr; }

@@ -115,6 +115,11 @@ enum class WaitMode : int { Auto = 0, StreamWaitValue = 1, HostFunc = 2, HandOff
 // Choose the mechanism before the first enqueue (tests); Auto follows
 // FLAGCX_CUDA_STREAM_WAIT (default: hand-off).
 void forceWaitMode(WaitMode m);
+// The one-time probe: does cuStreamWaitValue32 on a host-mapped word hold a
+// stream until a host store releases it?  And the holds built on it
+// (cuda_hold.cc).
+bool streamWaitValueWorks();
+StreamHold *streamHold();
 // The mechanism in use ("hand-off", "stream-wait-value" or "host-func").
 const char *waitModeName();
 flagcxResult_t enqueueTask(flagcxStream_t stream, StreamTask task);

@@ -437,6 +437,8 @@ flagcxResult_t refuseCapture(const char *fn, cudaStream_t s) {
 
 }  // namespace
 
+bool streamWaitValueWorks() { return probed() == WaitMode::StreamWaitValue; }
+
 void forceWaitMode(WaitMode m) { g_forced.store(static_cast<int>(m), std::memory_order_release); }
 
 const char *waitModeName() {

@@ -342,6 +342,7 @@ class HostAdapter final : public DeviceAdapter {
     *done = !ce || ce->reached(m);
     return flagcxSuccess;
   }
+  StreamHold *streamHold() override { return hostStreamHold(); }
   void batchBegin() override { t_batchDepth++; }
   flagcxResult_t batchEnd() override {
     if (t_batchDepth > 0) t_batchDepth--;
