@@ -20,8 +20,9 @@
  *    out in order through the one-sided engine, the data acknowledged before
  *    the signal, and bumps the counters.  This rank's signal words and
  *    counters are host memory the GPU maps, where the engine lands what
- *    peers send; waits poll them.  Flush waits until the proxy has finished
- *    every ticket taken so far.  FLAGCX_COOP_THREAD, _WARP and
+ *    peers send; waits poll them.  Flush and a barrier's wait also wait
+ *    until the proxy has finished every ticket taken so far (puts to this
+ *    rank itself go through it too).  FLAGCX_COOP_THREAD, _WARP and
  * _BLOCK are groups of 1, 32 (every lane calls) and the whole block;
  * _TILE_SPAN and _LANES act as _THREAD.  With FLAGCX_DEVICE_CHECKS defined
  * (pkg-config adds it to a -Ddevice_checks=true build) every range is checked
@@ -293,7 +294,19 @@ __device__ inline void arrive(const View *v, flagcxDevTeamKind_t team, uint32_t 
     if (i != v->teamRank[team]) signalRow(v, v->teamWorld[team][i], (uint32_t)row, 1, gpu);
 }
 
+/* Via the proxy: until it has finished every ticket taken so far (this
+ * thread's among them). */
+__device__ inline void drain(const View *v) {
+  uint64_t upTo = SysAtomic(*v->tickets).load(cuda::memory_order_acquire);
+  spinUntil(&v->queue->done, upTo, 0, 64);
+}
+
+/* The other members' arrivals, and via the proxy this rank's own calls
+ * queued before: a put to itself goes through the proxy too, and must be
+ * visible after the barrier as one from any member is (a team of one has
+ * no arrival to wait for). */
 __device__ inline void barrierWait(const View *v, flagcxDevTeamKind_t team, uint32_t index) {
+  if (v->queue) drain(v);
   int row = v->barrierRow[team] + (int)index;
   uint64_t target = SysAtomic(v->epoch[row]).load(cuda::memory_order_relaxed);
   const uint64_t *r = v->words + (size_t)row * (size_t)v->nRanks;

@@ -150,10 +150,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevFlush(
   const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   __threadfence_system();
   flagcx_dev::coopSync(coopKind);
-  if (v->queue && flagcx_dev::coopOf(coopKind).rank == 0) {
-    uint64_t upTo = flagcx_dev::SysAtomic(*v->tickets).load(cuda::memory_order_acquire);
-    flagcx_dev::spinUntil(&v->queue->done, upTo, 0, 64);
-  }
+  if (v->queue && flagcx_dev::coopOf(coopKind).rank == 0) flagcx_dev::drain(v);
   flagcx_dev::coopSync(coopKind);
 }
 
