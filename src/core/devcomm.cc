@@ -83,6 +83,7 @@ flagcxResult_t layout(flagcxComm *comm, flagcxDevCommInternal *dc) {
   v.commId = reinterpret_cast<uintptr_t>(comm);
   v.rank = comm->rank;
   v.nRanks = comm->nranks;
+  v.timeoutNs = static_cast<uint64_t>(paramInt(Param::TIMEOUT)) * 1000000000ull;
   v.nSignals = r.interSignalCount;
   v.nCounters = r.interCounterCount;
   v.nBarriers[FLAGCX_TEAM_INTRA] = r.intraBarrierCount;
