@@ -7,7 +7,8 @@
 // sockets (the one-sided engine) at 2-3 ranks, with more descriptors than
 // the ring has slots: every round's data is in place once its signal says
 // so (data before signal, per producer and source), values, plain signals,
-// counters (one per completed put), and a get completed by a flush; and a
+// counters (one per completed put), a get completed by a flush, a last
+// value carried out before flagcxDevMemDestroy lets its handle go; and a
 // descriptor naming no live DevMem: failed, flagged, returned at destroy.
 #include <gtest/gtest.h>
 
@@ -159,7 +160,15 @@ int body(int rank, int n, flagcxUniqueId *id, bool shm) {
   for (size_t i = 0; i < kSlot; i++) CHECK_OR(buf[kGot + i] == byteOf(rank, 0, kRounds - 1, i), 23);
   flagcxDevBarrierSync(dc, FLAGCX_TEAM_WORLD, 0, 0, thr, FLAGCX_MEMORY_ORDER_ACQ_REL,
                        FLAGCX_MEMORY_SCOPE_SYSTEM);
+  // A last value to itself, not flushed: flagcxDevMemDestroy lets the
+  // proxy carry it out before the handle goes.
+  flagcxDevDesc last = desc(flagcxDevOpValue, rank);
+  last.dstMem = memId, last.dstOff = kGot, last.value = 0x5eed;
+  enqueue(v->queue, last);
   CHECK_OR(flagcxDevMemDestroy(cs.comm, dm) == flagcxSuccess, 30);
+  uint64_t x;
+  memcpy(&x, buf + kGot, 8);
+  CHECK_OR(x == 0x5eed, 34);
   CHECK_OR(flagcxDevCommDestroy(cs.comm, dc) == flagcxSuccess, 31);
   CHECK_OR(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, 32);
   CHECK_OR(cs.close() == flagcxSuccess, 33);
