@@ -20,9 +20,11 @@
  *    out in order through the one-sided engine, the data acknowledged before
  *    the signal, and bumps the counters.  This rank's signal words and
  *    counters are host memory the GPU maps, where the engine lands what
- *    peers send; waits poll them.  Flush waits until the proxy has finished
- *    every ticket taken so far.  FLAGCX_COOP_THREAD, _WARP and
- * _BLOCK are groups of 1, 32 (every lane calls) and the whole block;
+ *    peers send; waits poll them.  Flush and a barrier's wait also wait
+ *    until the proxy has finished every ticket taken so far (puts to this
+ *    rank itself go through it too).
+ * No wait lasts past FLAGCX_TIMEOUT (spinOnce).  FLAGCX_COOP_THREAD, _WARP
+ * and _BLOCK are groups of 1, 32 (every lane calls) and the whole block;
  * _TILE_SPAN and _LANES act as _THREAD.  With FLAGCX_DEVICE_CHECKS defined
  * (pkg-config adds it to a -Ddevice_checks=true build) every range is checked
  * and a bad one prints the block, thread and offset, and is skipped. */
@@ -53,23 +55,55 @@ __device__ inline void fence(bool gpu) {
   else __threadfence_system();
 }
 
+__device__ inline void fail(const View *v, int code) {
+  atomicCAS(reinterpret_cast<int *>(v->error), 0, code);
+}
+
+__device__ inline unsigned long long globalNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 /* Waiting: tight polls for the first few microseconds (a peer's store
- * usually lands within them), then __nanosleep doubling up to 1 us. */
+ * usually lands within them), then __nanosleep doubling up to 1 us.  A
+ * wait gives up (spinOnce false) once the view holds an error (an earlier
+ * wait gave up, a bad call), the proxy failed an operation, or
+ * FLAGCX_TIMEOUT passed (printed, flagcxSystemError kept): a kernel whose
+ * peer never signals ends, and flagcxDevCommDestroy returns the error. */
 struct Spin {
+  const View *v;
   long long start;
-  unsigned ns; /* 0 while polling tightly */
+  unsigned long long deadline;
+  unsigned ns;      /* 0 while polling tightly */
+  bool proxyFailed; /* whether the proxy's failure ends the wait */
 };
 constexpr long long kTightCycles = 8192; /* about 4-5 us of SM clock */
 
-__device__ inline Spin spinStart() { return Spin{clock64(), 0u}; }
+__device__ inline Spin spinStart(const View *v, bool proxyFailed = true) {
+  return Spin{v, clock64(), 0ull, 0u, proxyFailed};
+}
 
-__device__ inline void spinOnce(Spin &s) {
+__device__ inline bool spinOnce(Spin &s) {
   if (s.ns == 0) {
-    if (clock64() - s.start < kTightCycles) return;
+    if (clock64() - s.start < kTightCycles) return true;
     s.ns = 32;
+    s.deadline = globalNs() + s.v->timeoutNs;
+  }
+  if (*reinterpret_cast<volatile int32_t *>(s.v->error) != 0) return false;
+  if (s.proxyFailed && s.v->queue &&
+      reinterpret_cast<volatile flagcxDevQueue *>(s.v->queue)->failed)
+    return false;
+  if (globalNs() > s.deadline) {
+    printf("flagcx device: block (%u,%u,%u) thread (%u,%u,%u): waited FLAGCX_TIMEOUT (%llu s), "
+           "giving up\n", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+           threadIdx.z, s.v->timeoutNs / 1000000000ull);
+    fail(s.v, 2 /* flagcxSystemError */);
+    return false;
   }
   __nanosleep(s.ns);
   if (s.ns < 1024) s.ns *= 2;
+  return true;
 }
 
 struct Coop {
@@ -99,10 +133,6 @@ __device__ inline void coopCopy(char *dst, const char *src, size_t n, Coop c) {
     return;
   }
   for (size_t i = c.rank; i < n; i += c.size) dst[i] = src[i];
-}
-
-__device__ inline void fail(const View *v, int code) {
-  atomicCAS(reinterpret_cast<int *>(v->error), 0, code);
 }
 
 /* A bad call: printed with the block and thread, kept as the error. */
@@ -160,8 +190,11 @@ __device__ inline void enqueue(const View *v, const flagcxDevDesc &d) {
   flagcxDevQueue *q = v->queue;
   uint64_t t = atomicAdd(reinterpret_cast<unsigned long long *>(v->tickets), 1ull);
   flagcxDevDesc *s = &q->slot[t & (q->capacity - 1)];
-  Spin spin = spinStart();
-  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t) spinOnce(spin); /* ring full */
+  /* Ring full: the proxy goes on after a failed operation, so only the
+   * timeout (or an error already kept) ends this wait. */
+  Spin spin = spinStart(v, false);
+  while (SysAtomic(s->seq).load(cuda::memory_order_acquire) != t)
+    if (!spinOnce(spin)) return;
   volatile uint64_t *to = reinterpret_cast<volatile uint64_t *>(s);
   const uint64_t *from = reinterpret_cast<const uint64_t *>(&d);
   for (size_t i = 0; i < offsetof(flagcxDevDesc, seq) / 8; i++) to[i] = from[i];
@@ -203,11 +236,11 @@ __device__ inline uint64_t masked(uint64_t x, int bits) {
   return bits >= 64 ? x : x & ((1ull << bits) - 1);
 }
 
-__device__ inline void spinUntil(const uint64_t *word, uint64_t least, uint64_t base, int bits) {
-  Spin spin = spinStart();
-  while (masked(SysAtomic(*const_cast<uint64_t *>(word)).load(cuda::memory_order_acquire) - base,
-                bits) < least)
-    spinOnce(spin);
+__device__ inline void spinUntil(const View *v, const uint64_t *word, uint64_t least, int bits) {
+  Spin spin = spinStart(v);
+  while (masked(SysAtomic(*const_cast<uint64_t *>(word)).load(cuda::memory_order_acquire), bits) <
+         least)
+    if (!spinOnce(spin)) return;
 }
 
 struct PutArgs {
@@ -293,12 +326,24 @@ __device__ inline void arrive(const View *v, flagcxDevTeamKind_t team, uint32_t 
     if (i != v->teamRank[team]) signalRow(v, v->teamWorld[team][i], (uint32_t)row, 1, gpu);
 }
 
+/* Via the proxy: until it has finished every ticket taken so far (this
+ * thread's among them). */
+__device__ inline void drain(const View *v) {
+  uint64_t upTo = SysAtomic(*v->tickets).load(cuda::memory_order_acquire);
+  spinUntil(v, &v->queue->done, upTo, 64);
+}
+
+/* The other members' arrivals, and via the proxy this rank's own calls
+ * queued before: a put to itself goes through the proxy too, and must be
+ * visible after the barrier as one from any member is (a team of one has
+ * no arrival to wait for). */
 __device__ inline void barrierWait(const View *v, flagcxDevTeamKind_t team, uint32_t index) {
+  if (v->queue) drain(v);
   int row = v->barrierRow[team] + (int)index;
   uint64_t target = SysAtomic(v->epoch[row]).load(cuda::memory_order_relaxed);
   const uint64_t *r = v->words + (size_t)row * (size_t)v->nRanks;
   for (int i = 0; i < v->teamSize[team]; i++)
-    if (i != v->teamRank[team]) spinUntil(&r[v->teamWorld[team][i]], target, 0, 64);
+    if (i != v->teamRank[team]) spinUntil(v, &r[v->teamWorld[team][i]], target, 64);
 }
 
 __device__ inline bool barrierOk(const View *v, flagcxDevTeamKind_t team, uint32_t index) {

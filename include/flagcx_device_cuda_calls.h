@@ -126,10 +126,11 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevWaitSignal(
     flagcxDevContext_t contextId, flagcxDevCoopKind_t coopKind, flagcxDevMemoryOrder_t order) {
   flagcx_dev::coopSync(coopKind);
   if (flagcx_dev::coopOf(coopKind).rank == 0) {
-    flagcx_dev::Spin spin = flagcx_dev::spinStart();
+    flagcx_dev::Spin spin = flagcx_dev::spinStart((const flagcx_dev::View *)comm);
     while (flagcxDevReadSignal(comm, signal, bits, contextId, order) <
-           flagcx_dev::masked(least, bits))
-      flagcx_dev::spinOnce(spin);
+               flagcx_dev::masked(least, bits) &&
+           flagcx_dev::spinOnce(spin)) {
+    }
   }
   flagcx_dev::coopSync(coopKind);
 }
@@ -139,7 +140,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevWaitCounter(
   const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   flagcx_dev::coopSync(coopKind);
   if (flagcx_dev::coopOf(coopKind).rank == 0)
-    flagcx_dev::spinUntil(&v->counters[counter], flagcx_dev::masked(least, bits), 0, bits);
+    flagcx_dev::spinUntil(v, &v->counters[counter], flagcx_dev::masked(least, bits), bits);
   flagcx_dev::coopSync(coopKind);
 }
 
@@ -150,10 +151,7 @@ FLAGCX_DEV_CALL FLAGCX_DEVICE_DECORATOR void flagcxDevFlush(
   const flagcx_dev::View *v = (const flagcx_dev::View *)comm;
   __threadfence_system();
   flagcx_dev::coopSync(coopKind);
-  if (v->queue && flagcx_dev::coopOf(coopKind).rank == 0) {
-    uint64_t upTo = flagcx_dev::SysAtomic(*v->tickets).load(cuda::memory_order_acquire);
-    flagcx_dev::spinUntil(&v->queue->done, upTo, 0, 64);
-  }
+  if (v->queue && flagcx_dev::coopOf(coopKind).rank == 0) flagcx_dev::drain(v);
   flagcx_dev::coopSync(coopKind);
 }
 

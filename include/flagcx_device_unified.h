@@ -123,12 +123,14 @@ struct flagcxDevDesc {
  * free when its seq == t.  A producer waits for that, writes the descriptor,
  * fences (system scope) and stores seq = t + 1.  The proxy consumes in
  * ticket order, frees the slot (seq = t + capacity) and counts finished
- * descriptors in `done`. */
+ * descriptors in `done`; `failed` becomes 1 once it failed one (CUDA
+ * kernels' waits then give up). */
 struct flagcxDevQueue {
   uint64_t head;
   uint64_t pad0[7];
   uint64_t done;
-  uint64_t pad1[7];
+  uint64_t failed;
+  uint64_t pad1[6];
   uint64_t capacity; /* a power of two */
   uint64_t pad2[7];
   struct flagcxDevDesc slot[1]; /* [capacity] */
@@ -156,6 +158,9 @@ struct flagcxDevCommView {
    * this rank's GPU, where a scope narrower than system is honoured; null
    * otherwise (host ranks, via the proxy). */
   const uint8_t *sameDevice;
+  /* CUDA kernels: how long a wait may last (FLAGCX_TIMEOUT) before it gives
+   * up, keeping flagcxSystemError as the error. */
+  uint64_t timeoutNs;
 };
 
 struct flagcxDevMemView {

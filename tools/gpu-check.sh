@@ -95,6 +95,20 @@ fi
 declare -A result
 have_gpu=0
 nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && have_gpu=1
+# Two ranks on this machine, each alone on a host of its own name
+# (FLAGCX_HOSTID): the proxy over sockets, INTRA a team of one.  Each rank
+# runs "$@" RANK; both must pass.
+two_hostids() {
+  local secret rc=0 p
+  secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  local env="FLAGCX_COMM_ID=127.0.0.1:29541 FLAGCX_COMM_SECRET=$secret FLAGCX_TIMEOUT=60"
+  env $env FLAGCX_HOSTID=hostA timeout 150 "$@" 0 &
+  p=$!
+  env $env FLAGCX_HOSTID=hostB timeout 150 "$@" 1 || rc=1
+  wait $p || rc=1
+  return $rc
+}
+
 run_test() {  # name, command...
   local name=$1; shift
   say "test $name"
@@ -157,6 +171,7 @@ if [ "$TESTS" = 1 ]; then
   # windows in host memory the GPU maps) and a host rank beside a CUDA rank.
   run_test cuda-devapi-noipc-2 env FLAGCX_IPC_DISABLE=1 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2
   run_test cuda-devapi-mixed-2 timeout 300 "$B/tests/gpu/cuda_devapi_test" 2 mixed
+  run_test cuda-devapi-hostids-2 two_hostids "$B/tests/gpu/cuda_devapi_test" --rank
   run_test device-allreduce-noipc-2 env FLAGCX_IPC_DISABLE=1 timeout 300 "$B/tests/gpu/device_allreduce" 2 4096 200
   # The kernels' range checks (FLAGCX_DEVICE_CHECKS, which -Ddevice_checks=true
   # gives every kernel built against flagcx.pc): rank 0's put past the window

@@ -83,6 +83,7 @@ flagcxResult_t layout(flagcxComm *comm, flagcxDevCommInternal *dc) {
   v.commId = reinterpret_cast<uintptr_t>(comm);
   v.rank = comm->rank;
   v.nRanks = comm->nranks;
+  v.timeoutNs = static_cast<uint64_t>(paramInt(Param::TIMEOUT)) * 1000000000ull;
   v.nSignals = r.interSignalCount;
   v.nCounters = r.interCounterCount;
   v.nBarriers[FLAGCX_TEAM_INTRA] = r.intraBarrierCount;
@@ -287,7 +288,38 @@ flagcxResult_t devMemCreate(flagcxComm *comm, void *buf, size_t size, flagcxWind
   return flagcxSuccess;
 }
 
+namespace {
+// Whether dc's proxy has carried out every descriptor written to its ring:
+// the slot of the next ticket is neither written (seq = t + 1) nor taken
+// and running (seq = t + capacity).
+bool ringDrained(const flagcxDevCommInternal *dc) {
+  flagcxDevQueue *q = dc->view.queue;
+  uint64_t t = __atomic_load_n(&q->done, __ATOMIC_ACQUIRE);
+  return __atomic_load_n(&q->slot[t & (q->capacity - 1)].seq, __ATOMIC_ACQUIRE) == t;
+}
+
+// Before a DevMem goes: the proxies of comm finish what finished calls and
+// kernels queued (a kernel's last puts need no flush to land), within
+// FLAGCX_TIMEOUT.
+void drainProxies(flagcxComm *comm) {
+  std::vector<flagcxDevCommInternal *> comms;
+  {
+    std::lock_guard<std::mutex> g(g_mu);  // not held while waiting: the proxies take it
+    comms = g_handles[comm].comms;
+  }
+  for (auto *dc : comms) {
+    if (!dc->proxy.joinable()) continue;
+    Backoff bo;
+    while (!ringDrained(dc) && !bo.expired()) bo.idle();
+    if (!ringDrained(dc))
+      WARN(kP2P, "rank %d: flagcxDevMemDestroy: the device proxy did not finish its queue within "
+           "FLAGCX_TIMEOUT", comm->rank);
+  }
+}
+}  // namespace
+
 flagcxResult_t devMemDestroy(flagcxComm *comm, flagcxDevMemInternal *dm) {
+  drainProxies(comm);
   {
     std::lock_guard<std::mutex> g(g_mu);
     g_handles[comm].mems[dm->view.id] = nullptr;

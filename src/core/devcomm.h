@@ -75,6 +75,8 @@ flagcxResult_t devCommDestroy(flagcxDevCommInternal *dc);
 // Collective on comm: a DevMem for [buf, buf+size) of a registration.
 flagcxResult_t devMemCreate(flagcxComm *comm, void *buf, size_t size, flagcxWindow *win,
                             flagcxDevMemInternal **out);
+// Once comm's proxies have carried out what their rings hold (within
+// FLAGCX_TIMEOUT): a DevMem goes.
 flagcxResult_t devMemDestroy(flagcxComm *comm, flagcxDevMemInternal *dm);
 // Whether h is a live handle of comm (one log line when not).
 bool devCommOf(flagcxComm *comm, flagcxDevCommInternal *h, const char *fn);

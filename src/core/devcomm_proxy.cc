@@ -6,7 +6,8 @@
 // out through the one-sided engine, one at a time in queue order: the data
 // completes (acknowledged by the target) before the signal or counter that
 // follows it moves.  A failure is logged once, kept as the device
-// communicator's error, and the queue goes on.
+// communicator's error (and flagged in the ring, where kernels' waits see
+// it and give up), and the queue goes on.
 #include <cstring>
 
 #include "base/base.h"
@@ -132,6 +133,7 @@ struct Proxy {
   }
 
   void fail(const flagcxDevDesc &d, flagcxResult_t rc) {
+    __atomic_store_n(&dc->view.queue->failed, 1, __ATOMIC_RELEASE);  // kernels' waits end
     int32_t none = flagcxSuccess;
     if (__atomic_compare_exchange_n(&dc->errorWord, &none, static_cast<int32_t>(rc), false,
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))

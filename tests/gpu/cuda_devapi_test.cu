@@ -63,6 +63,8 @@ int kernelsPass(int rank, const char *what) {
   int fail = 0;
   cudaError_t e = cudaDeviceSynchronize();
   cudaMemcpyFromSymbol(&fail, g_fail, sizeof(int));
+  int none = 0;  // the next kernel reports its own first failure
+  cudaMemcpyToSymbol(g_fail, &none, sizeof(int));
   if (e != cudaSuccess || fail) {
     fprintf(stderr, "rank %d: %s: %s, first failed check at line %d\n", rank, what,
             cudaGetErrorString(e), fail);
@@ -74,12 +76,15 @@ int kernelsPass(int rank, const char *what) {
 // A CUDA rank: the checks as kernels.
 int cudaChecks(DevapiRank *r, bool *checks) {
   int ok = 1, rank = r->rank, n = r->n;
+  // Every kernel runs and is waited for, whatever the ones before found:
+  // the peers' kernels wait on this rank's, and teardown must not free what
+  // a running kernel uses.
   putsAndSignalsK<<<1, 256>>>(r->c, r->m, rank, n);
-  ok = ok && kernelsPass(rank, "puts and signals");
+  ok &= kernelsPass(rank, "puts and signals");
   valuesGetsBarriersK<<<1, 256>>>(r->c, r->m, rank, n);
-  ok = ok && kernelsPass(rank, "values, gets, barriers");
+  ok &= kernelsPass(rank, "values, gets, barriers");
   orderingK<<<1, 256>>>(r->c, r->m, rank, n);
-  ok = ok && kernelsPass(rank, "ordering");
+  ok &= kernelsPass(rank, "ordering");
   *checks = false;
 #ifdef FLAGCX_DEVICE_CHECKS
   *checks = true;
@@ -88,7 +93,7 @@ int cudaChecks(DevapiRank *r, bool *checks) {
     printf("device checks: a put past the window, offset %zu, 8 bytes\n", kWin - 4);
     fflush(stdout);
     pastTheWindow<<<1, 1>>>(r->c, r->m);
-    ok = ok && kernelsPass(rank, "past the window");
+    ok &= kernelsPass(rank, "past the window");
   }
 #endif
   return ok;

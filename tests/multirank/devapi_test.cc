@@ -1,7 +1,8 @@
 // The device API on host ranks (flagcx_kernel.h, flagcx_device_unified.h):
 // forked ranks over shm (peers mapped), sockets (every peer through the
 // proxy) and two fake hosts (FLAGCX_HOSTID: INTRA mapped, INTER through the
-// proxy), 2-4 ranks.  Every unified call, signal and counter arithmetic,
+// proxy; at 2 ranks each is alone on its host, INTRA a team of one), 2-4
+// ranks.  Every unified call, signal and counter arithmetic,
 // barriers of each team kind, data visible before the signal that follows
 // it, and bad host use.
 #include <gtest/gtest.h>
@@ -371,7 +372,7 @@ INSTANTIATE_TEST_SUITE_P(Host, DevApi,
                          ::testing::Values(Param{2, kShm, true}, Param{3, kShm, true},
                                            Param{4, kShm, true}, Param{2, kShm, false},
                                            Param{2, kSocket, true}, Param{3, kSocket, true},
-                                           Param{4, kTwoHosts, true}),
+                                           Param{2, kTwoHosts, true}, Param{4, kTwoHosts, true}),
                          name);
 
 }  // namespace

@@ -7,7 +7,9 @@
 // sockets (the one-sided engine) at 2-3 ranks, with more descriptors than
 // the ring has slots: every round's data is in place once its signal says
 // so (data before signal, per producer and source), values, plain signals,
-// counters (one per completed put), and a get completed by a flush.
+// counters (one per completed put), a get completed by a flush, a last
+// value carried out before flagcxDevMemDestroy lets its handle go; and a
+// descriptor naming no live DevMem: failed, flagged, returned at destroy.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -158,13 +160,65 @@ int body(int rank, int n, flagcxUniqueId *id, bool shm) {
   for (size_t i = 0; i < kSlot; i++) CHECK_OR(buf[kGot + i] == byteOf(rank, 0, kRounds - 1, i), 23);
   flagcxDevBarrierSync(dc, FLAGCX_TEAM_WORLD, 0, 0, thr, FLAGCX_MEMORY_ORDER_ACQ_REL,
                        FLAGCX_MEMORY_SCOPE_SYSTEM);
+  // A last value to itself, not flushed: flagcxDevMemDestroy lets the
+  // proxy carry it out before the handle goes.
+  flagcxDevDesc last = desc(flagcxDevOpValue, rank);
+  last.dstMem = memId, last.dstOff = kGot, last.value = 0x5eed;
+  enqueue(v->queue, last);
   CHECK_OR(flagcxDevMemDestroy(cs.comm, dm) == flagcxSuccess, 30);
+  uint64_t x;
+  memcpy(&x, buf + kGot, 8);
+  CHECK_OR(x == 0x5eed, 34);
   CHECK_OR(flagcxDevCommDestroy(cs.comm, dc) == flagcxSuccess, 31);
   CHECK_OR(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, 32);
   CHECK_OR(cs.close() == flagcxSuccess, 33);
   if (shm) flagcxMemFree(mem, flagcxMemCCL);
   else free(mem);
   return 0;
+}
+
+// A descriptor naming no live DevMem (what a kernel still running at
+// flagcxDevMemDestroy queues): the proxy fails it, flags the ring (where
+// kernels' waits give up), goes on with the next one, and
+// flagcxDevCommDestroy returns the error.
+int failedOp(int rank, int n, flagcxUniqueId *id) {
+  harness::CommOnStream cs;
+  CHECK_OR(cs.open(rank, n, id) == flagcxSuccess, 2);
+  std::vector<char> buf(kSlot * 2, 0);
+  flagcxWindow_t win;
+  CHECK_OR(flagcxCommWindowRegister(cs.comm, buf.data(), buf.size(), &win,
+                                    FLAGCX_WIN_COLL_SYMMETRIC, flagcxMemCCL) == flagcxSuccess, 3);
+  flagcxDevCommRequirements req = FLAGCX_DEV_COMM_REQUIREMENTS_INITIALIZER;
+  req.interSignalCount = 1;
+  flagcxDevComm_t dc;
+  flagcxDevMem_t dm;
+  CHECK_OR(flagcxDevCommCreate(cs.comm, &req, &dc) == flagcxSuccess, 4);
+  CHECK_OR(flagcxDevMemCreate(cs.comm, buf.data(), buf.size(), win, &dm) == flagcxSuccess, 5);
+  const flagcxDevCommView *v = reinterpret_cast<const flagcxDevCommView *>(dc);
+  uint32_t memId = reinterpret_cast<const flagcxDevMemView *>(dm)->id;
+  flagcxDevDesc bad = desc(flagcxDevOpValue, (rank + 1) % n);
+  bad.dstMem = memId + 1000, bad.value = 7;
+  enqueue(v->queue, bad);
+  flagcxDevDesc good = desc(flagcxDevOpValue, rank);
+  good.dstMem = memId, good.value = 9;
+  enqueue(v->queue, good);
+  // Host ranks' flush gives up at the first error: wait for both here.
+  while (__atomic_load_n(&v->queue->done, __ATOMIC_ACQUIRE) < 2) std::this_thread::yield();
+  CHECK_OR(__atomic_load_n(&v->queue->failed, __ATOMIC_ACQUIRE) == 1, 7);
+  uint64_t got;
+  memcpy(&got, buf.data(), 8);
+  CHECK_OR(got == 9, 8);
+  CHECK_OR(flagcxDevMemDestroy(cs.comm, dm) == flagcxSuccess, 9);
+  CHECK_OR(flagcxDevCommDestroy(cs.comm, dc) == flagcxInvalidUsage, 10);
+  CHECK_OR(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, 11);
+  CHECK_OR(cs.close() == flagcxSuccess, 12);
+  return 0;
+}
+
+TEST(DevQueue, FailedOperationFlaggedAndReturned) {
+  harness::Env env{{{"FLAGCX_DEVICE", "host"}, {"FLAGCX_TIMEOUT", "60"}}};
+  auto res = harness::run(2, failedOp, env, 120);
+  EXPECT_TRUE(res.allOk()) << res.failures();
 }
 
 struct Param {
