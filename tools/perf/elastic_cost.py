@@ -64,7 +64,11 @@ def main():
     if start < 0:
         new = old.rstrip("\n") + "\n\n" + text
     else:
-        end = old.find("\n## ", start + len(TITLE))
+        # The section ends at the next heading or the next generated
+        # section's opening marker, whichever comes first.
+        ends = [e for e in (old.find("\n## ", start + len(TITLE)),
+                            old.find("\n<!--", start + len(TITLE))) if e >= 0]
+        end = min(ends) if ends else -1
         new = old[:start] + text + (old[end:] if end >= 0 else "")
     open(doc, "w").write(new)
     return 0 if rows.get("shrink") and rows.get("fresh") else 1
