@@ -86,6 +86,20 @@ else
   echo "SKIP examples/mpi_allreduce.c: no mpicc/mpiexec (install libmpich-dev mpich)"
 fi
 
+# A CUDA kernel on the device API, built by nvcc from the installed headers
+# with pkg-config's flags alone (linked, not run: it needs a GPU).
+nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+if [ -n "$san" ]; then
+  echo "SKIP examples/device_allreduce.cu: a sanitizer build (nvcc links no sanitizer runtime)"
+elif [ -n "$nvcc" ] && [ -f "$prefix/include/flagcx_device_unified.h" ]; then
+  "$nvcc" -std=c++17 -arch=sm_90 -I"$src/examples" "$src/examples/device_allreduce.cu" \
+    -o "$work/device_allreduce" $flags >"$work/nvcc.log" 2>&1 || { cat "$work/nvcc.log"; fail "nvcc examples/device_allreduce.cu"; }
+  LD_LIBRARY_PATH=$libdir ldd "$work/device_allreduce" | grep -q "libflagcx.so.*=> $libdir/" ||
+    fail "examples/device_allreduce.cu does not load the installed libflagcx"
+else
+  echo "SKIP examples/device_allreduce.cu: no nvcc or no device headers installed"
+fi
+
 # CMake: the example project, and what flagcxConfigVersion.cmake accepts.
 if command -v cmake >/dev/null; then
   cmake -S "$src/examples/cmake" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
