@@ -70,7 +70,7 @@ X(FUSE_COPIES, Int, "1", "host collectives: a copy that only sets up a later rec
 XCHECK(FUSE_COPIES, "0..1")
 X(STAGE_SLICE_SIZE, Int, "-2", "host staging of device buffers: bytes copied per step, each sent as soon as it is on the host; -2 (auto): chosen per call from the copy rate and the cost of one step measured at init (docs/GPU.md)")
 XCHECK(STAGE_SLICE_SIZE, "4096..1073741824|-2")
-X(STREAM_ASYNC_BYTES, Int, "32768", "host staging of device buffers: a call on a stream whose input and output each fit this many bytes returns at once, stream-ordered (its copies and a hold on the user's stream, the collective run on page-locked host slots by a worker thread; docs/GPU.md); 0: such calls block like larger ones")
+X(STREAM_ASYNC_BYTES, Int, "0", "host staging of device buffers (opt-in, not yet run on a GPU): a call on a stream whose input and output each fit this many bytes returns at once, stream-ordered (its copies and a hold on the user's stream, the collective run on page-locked host slots by a worker thread; docs/GPU.md); 0 (default): such calls block like larger ones")
 XCHECK(STREAM_ASYNC_BYTES, "0..1048576")
 X(HOST_COPY_ENGINE_NS, Int, "0", "TESTS ONLY: > 0 runs a host rank as a staged device rank: its buffers go through host staging copies made by an emulated asynchronous copy engine, a thread that completes each copy in order after this many nanoseconds per KiB (0: off)")
 XCHECK(HOST_COPY_ENGINE_NS, "0..1000000")

@@ -174,6 +174,7 @@ TEST(CudaAsync, StagedPairCallsReturnWhileTheStreamIsHeld) { runPair(false, "8")
 
 int main(int argc, char **argv) {
   if (int rc = gputest::skipUnlessGpu("cuda_async_test")) return rc;
+  setenv("FLAGCX_STREAM_ASYNC_BYTES", "32768", 0);  // the path is opt-in
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -142,7 +142,8 @@ echo "mps=$mps" >>"$WORK/machine.txt"
 for t in shm socket; do
   say "latency, $t"
   point "lat-$t-pair-host" allreduce host,host "-b 8 -e 8" $(transport_env $t)
-  point "lat-$t-pair-mixed" allreduce host,cuda "-b 8 -e 8" $(transport_env $t)
+  point "lat-$t-pair-mixed" allreduce host,cuda "-b 8 -e 8" $(transport_env $t) \
+    FLAGCX_STREAM_ASYNC_BYTES=32768
   point "lat-$t-pair-mixed-blocking" allreduce host,cuda "-b 8 -e 8" $(transport_env $t) \
     FLAGCX_STREAM_ASYNC_BYTES=0
 done
