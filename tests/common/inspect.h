@@ -10,12 +10,14 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -151,11 +153,25 @@ inline std::vector<std::string> flagcxShmEntries(const std::set<int> *pids = nul
 }
 
 // The /dev/shm entries that the ranks of a run left behind, unlinked here so
-// that the machine stays clean.
+// that the machine stays clean.  Called after the ranks were reaped, so their
+// pids are free: with many tests forking at once (pid_max 32768 wraps within a
+// CI run) another test's rank may already carry one of them and hold a
+// segment under it for its short set-up window.  A name whose pid belongs to
+// a live process is that process's; a name that vanished while we looked was
+// a live one's too.  Only names of dead pids that are still there count (and
+// only those are unlinked: unlinking another test's name would break it).
 inline std::vector<std::string> leftoverShm(const std::vector<pid_t> &ranks) {
   std::set<int> pids(ranks.begin(), ranks.end());
-  std::vector<std::string> found = flagcxShmEntries(&pids);
-  for (auto &name : found) shm_unlink(("/" + name).c_str());
+  std::vector<std::string> found;
+  for (auto &name : flagcxShmEntries(&pids)) {
+    int pid = 0;
+    sscanf(name.c_str(), "flagcx-shm-%d-", &pid);
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // a live process owns the pid now
+    std::string path = "/dev/shm/" + name;
+    if (access(path.c_str(), F_OK) != 0) continue;  // unlinked by its owner meanwhile
+    found.push_back(name);
+    shm_unlink(("/" + name).c_str());
+  }
   return found;
 }
 
