@@ -45,7 +45,8 @@ progs=("$prefix"/bin/flagcx-info "$prefix"/bin/flagcx-algo "$prefix"/bin/flagcx-
 [ -d "$prefix/libexec/flagcx" ] && progs+=("$prefix"/libexec/flagcx/test_*)
 for p in "${progs[@]}"; do
   [ -x "$p" ] || fail "$p is not installed"
-  readelf -d "$p" | grep -q 'R.*PATH.*\$ORIGIN/' || fail "$p: no run path relative to \$ORIGIN: $(readelf -d "$p" | grep PATH)"
+  dyn=$(readelf -d "$p")  # whole output first: under pipefail, grep -q's early exit fails the pipe
+  grep -q 'R.*PATH.*\$ORIGIN/' <<<"$dyn" || fail "$p: no run path relative to \$ORIGIN: $(grep PATH <<<"$dyn")"
   deps=$(ldd "$p")
   loaded=$(sed -n "s/.*libflagcx.so.$major => \(.*\) (0x.*/\1/p" <<<"$deps")
   [ -n "$loaded" ] && [ "$(realpath "$loaded")" = "$(realpath "$lib")" ] || fail "$p does not load the staged library: $deps"
@@ -94,8 +95,9 @@ if [ -n "$san" ]; then
 elif [ -n "$nvcc" ] && [ -f "$prefix/include/flagcx_device_unified.h" ]; then
   "$nvcc" -std=c++17 -arch=sm_90 -I"$src/examples" "$src/examples/device_allreduce.cu" \
     -o "$work/device_allreduce" $flags >"$work/nvcc.log" 2>&1 || { cat "$work/nvcc.log"; fail "nvcc examples/device_allreduce.cu"; }
-  LD_LIBRARY_PATH=$libdir ldd "$work/device_allreduce" | grep -q "libflagcx.so.*=> $libdir/" ||
-    fail "examples/device_allreduce.cu does not load the installed libflagcx"
+  deps=$(LD_LIBRARY_PATH=$libdir ldd "$work/device_allreduce")
+  grep -q "libflagcx.so.*=> $libdir/" <<<"$deps" ||
+    fail "examples/device_allreduce.cu does not load the installed libflagcx: $deps"
 else
   echo "SKIP examples/device_allreduce.cu: no nvcc or no device headers installed"
 fi
