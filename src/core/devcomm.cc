@@ -195,6 +195,20 @@ flagcxResult_t devCommCreate(flagcxComm *comm, const flagcxDevCommRequirements &
     freeMemory(dc.get());
     return rc;
   }
+  // Every rank's block has this rank's size (the same requirements):
+  // signals go to words up to it, in a mapping that holds only what the
+  // peer registered.  The same verdict on every rank.
+  for (size_t r = 0; r < dc->blockWin->reg.peer.size() && rc == flagcxSuccess; r++)
+    if (dc->blockWin->reg.peer[r].size != dc->blockBytes)
+      rc = argError(flagcxRemoteError, kInit, "flagcxDevCommCreate: rank %zu registered a "
+                    "%llu-byte signal block, this rank %d %zu bytes", r,
+                    static_cast<unsigned long long>(dc->blockWin->reg.peer[r].size), comm->rank,
+                    dc->blockBytes);
+  if (rc != flagcxSuccess) {
+    os->windowDeregister(dc->blockWin);
+    freeMemory(dc.get());
+    return rc;
+  }
   for (auto &p : dc->blockWin->reg.peer)
     dc->peerWords.push_back(reinterpret_cast<uint64_t *>(p.mapped));
   dc->view.peerWords = dc->peerWords.data();
@@ -261,10 +275,22 @@ flagcxResult_t devMemCreate(flagcxComm *comm, void *buf, size_t size, flagcxWind
   uint64_t off = static_cast<uint64_t>(static_cast<char *>(buf) - dm->reg.base);
   all[static_cast<size_t>(comm->rank)] = {dm->reg.key, off, size};
   FLAGCX_CHECK(comm->bs->allgather(all.data(), sizeof(Rec)));
-  for (int r = 0; r < comm->nranks; r++)
-    if (all[static_cast<size_t>(r)].key != dm->reg.key)
+  for (int r = 0; r < comm->nranks; r++) {
+    const Rec &x = all[static_cast<size_t>(r)];
+    if (x.key != dm->reg.key)
       return argError(flagcxInvalidArgument, kInit, "%s: rank %d named another registration than "
                       "this rank %d", fn, r, comm->rank);
+    // Puts, gets and kernels reach rank r's part in its registration (a
+    // mapping holds only what r registered): inside it, the same verdict
+    // on every rank.
+    const uint64_t regSize = dm->reg.peer[static_cast<size_t>(r)].size;
+    if (x.off > regSize || x.size > regSize - x.off)
+      return argError(flagcxRemoteError, kInit, "%s: rank %d's part [%llu, +%llu) lies "
+                      "outside the %llu bytes it registered", fn, r,
+                      static_cast<unsigned long long>(x.off),
+                      static_cast<unsigned long long>(x.size),
+                      static_cast<unsigned long long>(regSize));
+  }
   dm->comm = comm;
   for (size_t r = 0; r < all.size(); r++) {
     const RegInfo::Remote &rm = dm->reg.peer[r];
@@ -295,7 +321,7 @@ namespace {
 bool ringDrained(const flagcxDevCommInternal *dc) {
   flagcxDevQueue *q = dc->view.queue;
   uint64_t t = __atomic_load_n(&q->done, __ATOMIC_ACQUIRE);
-  return __atomic_load_n(&q->slot[t & (q->capacity - 1)].seq, __ATOMIC_ACQUIRE) == t;
+  return __atomic_load_n(&q->slot[t & (kQueueSlots - 1)].seq, __ATOMIC_ACQUIRE) == t;
 }
 
 // Before a DevMem goes: the proxies of comm finish what finished calls and

@@ -24,6 +24,7 @@ struct Proxy {
   OneSided *os;
   RmaEngine *eng;
   int rank, n;
+  uint64_t capacity;  // the ring's, read once at start (kernels may write the ring)
 
   flagcxResult_t wait(RmaDone &d) {
     Backoff bo;
@@ -101,6 +102,35 @@ struct Proxy {
     return once([&](RmaDone *x) { eng->putValue(d.peer, d.value, dst->reg.key, off, x); });
   }
 
+  static bool within(uint64_t off, uint64_t len, uint64_t size) {
+    return off <= size && len <= size - off;
+  }
+
+  // A descriptor is bytes a kernel wrote into host memory: its peer, rows,
+  // counter and ranges must lie in what this rank set up (the calls of host
+  // ranks check the same before they queue; kernels only with
+  // FLAGCX_DEVICE_CHECKS) before anything is touched.
+  bool valid(const flagcxDevDesc &d, const flagcxDevMemInternal *dst,
+             const flagcxDevMemInternal *src) const {
+    if (d.peer < 0 || d.peer >= n) return false;
+    const size_t p = static_cast<size_t>(d.peer);
+    const size_t rows = dc->sent.size() / static_cast<size_t>(n);  // signals and barriers
+    if (d.signal != FLAGCX_DEV_NONE && d.signal >= rows) return false;
+    if (d.counter != FLAGCX_DEV_NONE && d.counter >= static_cast<uint32_t>(dc->view.nCounters))
+      return false;
+    switch (d.op) {
+      case flagcxDevOpPut:
+        return within(d.dstOff, d.bytes, dst->peerSize[p]) &&
+               within(d.srcOff, d.bytes, src->view.size);
+      case flagcxDevOpGet:
+        return within(d.srcOff, d.bytes, src->peerSize[p]) &&
+               within(d.dstOff, d.bytes, dst->view.size);
+      case flagcxDevOpValue: return within(d.dstOff, sizeof(uint64_t), dst->peerSize[p]);
+      case flagcxDevOpSignal: return true;
+      default: return false;
+    }
+  }
+
   flagcxResult_t run(const flagcxDevDesc &d) {
     flagcxDevMemInternal *dst = nullptr, *src = nullptr;
     if (d.op != flagcxDevOpSignal) {
@@ -117,13 +147,23 @@ struct Proxy {
         return flagcxInvalidUsage;
       }
     }
+    if (!valid(d, dst, src)) {
+      // One line (the first failure): a corrupt kernel may fill the ring.
+      if (__atomic_load_n(&dc->errorWord, __ATOMIC_ACQUIRE) == flagcxSuccess)
+        WARN(kP2P, "rank %d: device proxy: descriptor (operation %u, rank %d, signal %u, "
+             "counter %u, offsets %llu/%llu, %llu bytes) lies outside what this device "
+             "communicator and its memory handles hold; not carried out", rank, d.op, d.peer,
+             d.signal, d.counter, static_cast<unsigned long long>(d.dstOff),
+             static_cast<unsigned long long>(d.srcOff), static_cast<unsigned long long>(d.bytes));
+      return flagcxInvalidArgument;
+    }
     flagcxResult_t rc = flagcxSuccess;
     switch (d.op) {
       case flagcxDevOpPut: rc = put(d, dst, src); break;
       case flagcxDevOpGet: rc = get(d, dst, src); break;
       case flagcxDevOpValue: rc = value(d, dst); break;
       case flagcxDevOpSignal: break;
-      default: return flagcxInternalError;
+      default: break;  // (valid: no other op)
     }
     if (rc == flagcxSuccess && d.signal != FLAGCX_DEV_NONE)
       rc = signal(d.peer, d.signal, d.add);
@@ -143,7 +183,7 @@ struct Proxy {
 
   void loop() {
     flagcxDevQueue *q = dc->view.queue;
-    uint64_t mask = q->capacity - 1, t = __atomic_load_n(&q->done, __ATOMIC_ACQUIRE);
+    uint64_t mask = capacity - 1, t = __atomic_load_n(&q->done, __ATOMIC_ACQUIRE);
     Backoff bo;
     while (!dc->abandon.load(std::memory_order_acquire)) {
       flagcxDevDesc &s = q->slot[t & mask];
@@ -157,7 +197,7 @@ struct Proxy {
         continue;
       }
       flagcxDevDesc d = s;
-      __atomic_store_n(&s.seq, t + q->capacity, __ATOMIC_RELEASE);
+      __atomic_store_n(&s.seq, t + capacity, __ATOMIC_RELEASE);
       flagcxResult_t rc = run(d);
       if (rc != flagcxSuccess) fail(d, rc);
       __atomic_store_n(&q->done, ++t, __ATOMIC_RELEASE);
@@ -169,7 +209,8 @@ struct Proxy {
 }  // namespace
 
 void proxyStart(flagcxDevCommInternal *dc) {
-  Proxy p{dc, dc->comm->os.get(), dc->comm->os->engine(), dc->comm->rank, dc->comm->nranks};
+  Proxy p{dc, dc->comm->os.get(), dc->comm->os->engine(), dc->comm->rank, dc->comm->nranks,
+          dc->view.queue->capacity};  // as devQueueInit wrote it: no kernel ran yet
   dc->proxy = std::thread([p]() mutable { p.loop(); });
 }
 

@@ -21,6 +21,7 @@
 
 #include "flagcx_device_unified.h"
 #include "flagcx_kernel.h"
+#include "tests/common/dev_ring.h"
 #include "tests/common/harness.h"
 
 namespace {
@@ -51,22 +52,8 @@ char byteOf(int src, int k, int r, size_t i) {
   return static_cast<char>(src * 31 + k * 7 + r + static_cast<int>(i % 13));
 }
 
-// One descriptor in, as a kernel thread writes it (flagcx_device_cuda.h).
-void enqueue(flagcxDevQueue *q, const flagcxDevDesc &d) {
-  uint64_t t = __atomic_fetch_add(&q->head, 1, __ATOMIC_RELAXED);
-  flagcxDevDesc *s = &q->slot[t & (q->capacity - 1)];
-  while (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != t) std::this_thread::yield();
-  memcpy(s, &d, offsetof(flagcxDevDesc, seq));
-  __atomic_store_n(&s->seq, t + 1, __ATOMIC_RELEASE);
-}
-
-flagcxDevDesc desc(uint32_t op, int peer) {
-  flagcxDevDesc d{};
-  d.op = op;
-  d.peer = peer;
-  d.signal = d.counter = FLAGCX_DEV_NONE;
-  return d;
-}
+using devring::desc;
+using devring::enqueue;
 
 // Producer k: kRounds puts to every rank (signal rank*kProducers+k, counter
 // 0), then a value with a signal and a plain signal to every rank.
