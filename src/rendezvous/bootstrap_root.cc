@@ -124,13 +124,21 @@ void Root::admit(const HandshakeQueue::Accepted &a) {
   members_[h.rank] = m;
 }
 
+// The first few missing ranks and how many more: nranks_ came from a
+// peer's hello, so neither the loop nor the text may grow with it (at most
+// members + kListed lookups).
 std::string Root::missing() const {
+  constexpr int kListed = 16;
   std::string s;
-  for (int r = 0; r < nranks_; r++)
+  int listed = 0;
+  for (int r = 0; r < nranks_ && listed < kListed; r++)
     if (!members_.count(r)) {
       if (!s.empty()) s += ',';
       s += std::to_string(r);
+      listed++;
     }
+  long more = static_cast<long>(nranks_) - static_cast<long>(members_.size()) - listed;
+  if (more > 0) s += " and " + std::to_string(more) + " more";
   return s;
 }
 

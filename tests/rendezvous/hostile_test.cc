@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <climits>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -216,6 +218,34 @@ TEST(HostileRoot, StrangersAndForgedRankDuringInit) {
 
 // Without FLAGCX_COMM_SECRET a FLAGCX_COMM_ID job still runs, and rank 0
 // (only it) says once what that means.
+// A member holding the secret claims a communicator of INT_MAX ranks: the
+// root waits for the others until FLAGCX_TIMEOUT as usual, then answers with
+// a short list of the missing ranks.  Its work and memory for that answer
+// must not grow with the claimed size (listing two billion ranks took
+// minutes and gigabytes: no answer within the wait below).
+TEST(HostileRoot, HugeClaimedSizeAnsweredBriefly) {
+  harness::ScopedEnv env(harness::Env{{{"FLAGCX_TIMEOUT", "2"}}});
+  flagcxUniqueId id;
+  ASSERT_EQ(flagcxGetUniqueId(&id), flagcxSuccess);
+  flagcx::DecodedId d;
+  ASSERT_EQ(flagcx::decodeUniqueId(id, &d), flagcxSuccess);
+  int fd = hostile::dial(d.root);
+  ASSERT_GE(fd, 0);
+  auto deadline = flagcx::Clock::now() + seconds(5);
+  flagcx::Hello h{flagcx::kHelloMagic, flagcx::kHelloKindRoot, 0, 0, INT32_MAX};
+  ASSERT_EQ(flagcx::clientHandshake(fd, d.secret, h, deadline), flagcxSuccess);
+  flagcx::PeerInfo self{};
+  ASSERT_EQ(flagcx::sendAll(fd, &self, sizeof self, deadline), flagcxSuccess);
+  flagcx::RootReply reply{};
+  ASSERT_EQ(flagcx::recvAll(fd, &reply, sizeof reply, flagcx::Clock::now() + seconds(30)), flagcxSuccess)
+      << "no answer from the root";
+  close(fd);
+  reply.text[sizeof reply.text - 1] = 0;
+  EXPECT_EQ(reply.status, 1u);
+  EXPECT_NE(strstr(reply.text, "1,2,3"), nullptr) << reply.text;
+  EXPECT_NE(strstr(reply.text, "more never arrived"), nullptr) << reply.text;
+}
+
 TEST(CommSecret, JobWithoutSecretWarnsOnce) {
   LogDir logs;
   std::string commId = "127.0.0.1:" + std::to_string(freeLoopbackPort());
