@@ -132,10 +132,10 @@ class SoftQp final : public Qp {
     uint32_t rnd;
     randomBytes(&rnd, sizeof rnd);
     char name[64];
-    // The shm transport's prefix: its orphan sweep and the tests' leak
-    // checks cover these names too.
-    snprintf(name, sizeof name, "/flagcx-shm-%d-ibsw-%u-%08x", static_cast<int>(getpid()),
-             counter.fetch_add(1), rnd);
+    // The shm transport's form (pid, PID namespace, then ours): its orphan
+    // sweep and the tests' leak checks cover these names too.
+    snprintf(name, sizeof name, "/flagcx-shm-%d-%x-ibsw-%u-%08x", static_cast<int>(getpid()),
+             pidNamespaceId(), counter.fetch_add(1), rnd);
     in_.name = name;
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {

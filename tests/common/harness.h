@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -72,6 +73,7 @@ constexpr int kNoId = 100;    // exit code of a rank whose id never arrived
 struct Result {
   std::vector<int> status;  // per rank: exit code, 128+signal, or kHung
   std::vector<pid_t> pids;  // as forked (-1 where fork failed)
+  int64_t startedNs = 0;    // CLOCK_REALTIME just before the first fork
   bool allOk() const {
     for (int s : status)
       if (s != 0) return false;
@@ -200,6 +202,9 @@ inline Result run(int nranks, const Body &body, const Env &env = {}, int deadlin
   fflush(stderr);
   detail::waitThreadsAsleep();
   std::vector<int> wfds(n, -1);
+  timespec started;
+  clock_gettime(CLOCK_REALTIME, &started);
+  res.startedNs = static_cast<int64_t>(started.tv_sec) * 1'000'000'000 + started.tv_nsec;
   for (int r = 0; r < nranks; r++) {
     int fds[2];
     if (pipe(fds) != 0) continue;

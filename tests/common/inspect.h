@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,23 +155,27 @@ inline std::vector<std::string> flagcxShmEntries(const std::set<int> *pids = nul
 
 // The /dev/shm entries that the ranks of a run left behind, unlinked here so
 // that the machine stays clean.  Called after the ranks were reaped, so their
-// pids are free: with many tests forking at once (pid_max 32768 wraps within a
-// CI run) another test's rank may already carry one of them and hold a
-// segment under it for its short set-up window.  A name whose pid belongs to
-// a live process is that process's; a name that vanished while we looked was
-// a live one's too.  Only names of dead pids that are still there count (and
-// only those are unlinked: unlinking another test's name would break it).
-inline std::vector<std::string> leftoverShm(const std::vector<pid_t> &ranks) {
+// pids are free, and pids are reused (pid_max 32768 wraps within a CI run):
+//  - a name whose pid belongs to a live process now is that process's (another
+//    test's rank in its short set-up window); so is a name that vanished while
+//    we looked (unlinked by its owner).  Neither is touched: unlinking another
+//    test's name would break its set-up.
+//  - a name made before the run started (`startedNs`, CLOCK_REALTIME, 0: not
+//    known) is the orphan of an earlier process that had the same pid (a rank
+//    killed inside its set-up window): removed, not counted.
+inline std::vector<std::string> leftoverShm(const std::vector<pid_t> &ranks, int64_t startedNs = 0) {
+  constexpr int64_t kClockSlackNs = 50'000'000;  // file times come from a coarse clock
   std::set<int> pids(ranks.begin(), ranks.end());
   std::vector<std::string> found;
   for (auto &name : flagcxShmEntries(&pids)) {
     int pid = 0;
     sscanf(name.c_str(), "flagcx-shm-%d-", &pid);
     if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // a live process owns the pid now
-    std::string path = "/dev/shm/" + name;
-    if (access(path.c_str(), F_OK) != 0) continue;  // unlinked by its owner meanwhile
-    found.push_back(name);
+    struct stat st;
+    if (stat(("/dev/shm/" + name).c_str(), &st) != 0) continue;  // unlinked by its owner meanwhile
+    int64_t made = static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
     shm_unlink(("/" + name).c_str());
+    if (startedNs == 0 || made >= startedNs - kClockSlackNs) found.push_back(name);
   }
   return found;
 }

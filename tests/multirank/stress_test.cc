@@ -522,7 +522,7 @@ TEST_P(Stress, RandomSequence) {
   printf("[stress] %.1f s\n", harness::secsSince(t0));
   EXPECT_TRUE(res.allOk()) << "seed " << seed << ", " << ncalls << " calls, " << cfg.nranks
                            << " ranks over " << over << ": " << res.failures();
-  harness::leftoverShm(res.pids);
+  harness::leftoverShm(res.pids, res.startedNs);
   harness::freeShared(sh);
 }
 

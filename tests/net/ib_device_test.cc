@@ -176,7 +176,7 @@ TEST(SoftDevice, WritesReadsAtomicsInOrder) {
     return failures;
   });
   EXPECT_TRUE(out.allOk()) << out.describe();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty());
 }
 
 // Bad keys, ranges and permissions: the request fails, the queue pair goes to
@@ -239,7 +239,7 @@ TEST(SoftDevice, KeyAndRangeChecks) {
     return failures;
   });
   EXPECT_TRUE(out.allOk()) << out.describe();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty());
 }
 
 // Regions registered from a file descriptor (regDmabuf; a memfd stands in
@@ -348,7 +348,7 @@ TEST(SoftDevice, RegionsRegisteredByFd) {
     return failures;
   });
   EXPECT_TRUE(out.allOk()) << out.describe();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty());
 }
 
 // The peer dies: what it wrote before is delivered, then the queue pair
@@ -393,7 +393,7 @@ TEST(SoftDevice, DeadPeerErrorState) {
   });
   EXPECT_EQ(out.signal(1), SIGKILL);
   EXPECT_TRUE(out.ok(0)) << out.describe();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty());
 }
 
 TEST(RegCache, HitsMissesEvictionInvalidate) {

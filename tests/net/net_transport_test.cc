@@ -1,9 +1,11 @@
 // Multi-process tests of the shm and socket transports: real processes, a
 // real bootstrap, real signals.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <random>
 #include <thread>
 
@@ -22,6 +25,7 @@
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/socket.h"
 #include "net/ibverbs/ib_transport.h"
+#include "net/ibverbs/rdma_device.h"
 #include "net/net.h"
 #include "net/socket/socket_mover.h"
 #include "net/socket/socket_transport.h"
@@ -182,7 +186,7 @@ bool setup(RankNet *s, const char *transport, int rank, int nranks, flagcxUnique
 
 void expectAllPassed(const harness::Result &out, const std::string &what) {
   EXPECT_EQ(out.failures(), "") << what;
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty()) << what << ": segments left in /dev/shm";
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty()) << what << ": segments left in /dev/shm";
 }
 
 // Exchange every size with each of `targets` (send to target, receive from
@@ -418,7 +422,7 @@ void killTest(const Variant &v, bool receiverDies) {
   int victim = receiverDies ? 1 : 0;
   EXPECT_EQ(out.signal(victim), SIGKILL) << what;
   EXPECT_TRUE(out.ok(1 - victim)) << what << ": " << out.failures();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty()) << what;
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty()) << what;
 }
 
 TEST_P(NetTest, PeerKilledReceiving) { killTest(GetParam(), true); }
@@ -459,7 +463,7 @@ TEST_P(NetTest, PeerStoppedTimesOut) {
   }, envFor(v, "3"), kDeadline);
   EXPECT_EQ(out.signal(1), SIGKILL) << v.name;
   EXPECT_TRUE(out.ok(0)) << v.name << ": " << out.failures();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty()) << v.name;
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty()) << v.name;
 }
 
 // 2-process ping-pong: every message carries a pattern of its sender and
@@ -553,13 +557,20 @@ TEST(NetShm, PullOnlyWhereTheReceiverCanRead) {
 }
 
 // A rank killed in the middle of shm set-up (its segment created, the peer
-// never answering) leaves a name in /dev/shm; the next set-up removes it.
+// never answering) leaves a name in /dev/shm; the next set-up removes it,
+// and a software RDMA device's ring name of the dead process with it.
 TEST(NetShm, OrphanSegmentRemovedBySetUp) {
   auto out = harness::run(2, [&](int rank, int nranks, flagcxUniqueId *id) {
     int failures = 0;
     auto bs = makeBootstrap(rank, nranks, id);
     if (!bs) return 1;
     if (rank == 0) {  // waits for rank 1's ring name, which never comes
+      // A software RDMA device's queue pair, never connected: its ring's
+      // name stays in /dev/shm too.
+      std::unique_ptr<flagcx::rdma::Device> dev;
+      std::unique_ptr<flagcx::rdma::Qp> qp;
+      if (flagcx::rdma::openSoftDevice(&dev) != flagcxSuccess || dev->createQp(&qp) != flagcxSuccess)
+        return 1;
       std::vector<std::unique_ptr<Conn>> conns;
       flagcx::makeShmTransport()->connectAll(*bs, {1}, 1, &conns);
       return 1;
@@ -575,17 +586,25 @@ TEST(NetShm, OrphanSegmentRemovedBySetUp) {
     };
     for (int i = 0; i < 200 && !exists(); i++) usleep(10000);
     RANK_EXPECT(exists(), "rank 0 never created its segment");
+    auto ibsw = [&] {  // the victim's software RDMA ring
+      std::set<int> v{static_cast<int>(victim)};
+      for (const auto &n : harness::flagcxShmEntries(&v))
+        if (n.find("-ibsw-") != std::string::npos) return true;
+      return false;
+    };
+    RANK_EXPECT(ibsw(), "rank 0's software RDMA ring is not in /dev/shm");
     kill(victim, SIGKILL);
     usleep(200000);
     std::vector<std::unique_ptr<Conn>> conns;
     RANK_EXPECT(flagcx::makeShmTransport()->connectAll(*bs, {}, 1, &conns) == flagcxSuccess,
              "empty set-up");
     RANK_EXPECT(!exists(), "the orphan is still in /dev/shm");
+    RANK_EXPECT(!ibsw(), "the software RDMA ring's orphan is still in /dev/shm");
     return failures;
   }, {}, kDeadline);
   EXPECT_EQ(out.signal(0), SIGKILL);
   EXPECT_TRUE(out.ok(1)) << out.failures();
-  EXPECT_TRUE(harness::leftoverShm(out.pids).empty());
+  EXPECT_TRUE(harness::leftoverShm(out.pids, out.startedNs).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, NetTest, ::testing::ValuesIn(kVariants),
