@@ -35,9 +35,10 @@ void runCases(const std::vector<Case> &cases) {
     EXPECT_EQ(got, c.want) << c.what << ": got " << flagcxGetErrorString(got);
     const char *last = flagcxGetLastError(nullptr);
     ASSERT_NE(last, nullptr) << c.what;
-    if (got != flagcxSuccess && !c.mention.empty())
+    if (got != flagcxSuccess && !c.mention.empty()) {
       EXPECT_TRUE(harness::containsCi(last, c.mention))
           << c.what << ": flagcxGetLastError(NULL) does not name '" << c.mention << "': " << last;
+    }
   }
 }
 
@@ -69,7 +70,7 @@ std::vector<Case> commCases(flagcxComm_t c, flagcxResult_t want, const std::stri
                             float *a, float *b, size_t *sc, size_t *sd, size_t *rc, size_t *rd) {
   int i = 0;
   void *h = nullptr;
-  flagcxResult_t ae;
+  flagcxResult_t ae = flagcxSuccess;
   uint64_t u = 0;
   size_t z = 0;
   flagcxWindow_t win = nullptr;

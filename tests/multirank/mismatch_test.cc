@@ -23,10 +23,6 @@ struct Call {
   int root = 0;
 };
 
-const char *kindName(Call::Kind k) {
-  return k == Call::AllReduce ? "allreduce" : k == Call::Broadcast ? "broadcast" : "reduce";
-}
-
 flagcxResult_t issue(const Call &c, flagcxComm_t comm, std::vector<char> &in,
                      std::vector<char> &out) {
   switch (c.kind) {
