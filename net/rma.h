@@ -11,10 +11,11 @@
 // are in the target's memory.  Requests to one peer are applied in posting
 // order.  Same-host peers with mapped memory skip all this (src/core).
 //
-// Wire: each message is a 40-byte RmaHdr, followed for a write or a read's
-// answer by its payload as a second message.  An idle Conn carries a no-op
-// now and then, so that its always-posted header receive never trips the
-// FLAGCX_TIMEOUT stall check; a rank closing its engine says goodbye first.
+// Wire: each message is a 40-byte header (rma::Hdr, net/common/rma_wire.h),
+// followed for a write or a read's answer by its payload as a second message.
+// An idle Conn carries a no-op now and then, so that its always-posted header
+// receive never trips the FLAGCX_TIMEOUT stall check; a rank closing its
+// engine says goodbye first.
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -1,3 +1,5 @@
+// Making a collective's tag, ordering two calls' sequence numbers, and how a
+// tag reads in a log line (tags.h).
 #include "net/tags.h"
 
 #include <cstdio>

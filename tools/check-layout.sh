@@ -6,8 +6,7 @@
 #     included, and only by a layer that lists it (tools/check_layers.py);
 #     the picture and table of docs/ARCHITECTURE.md agree with the table
 #     (tools/layers_doc.py --check);
-#   - functions: none in src/, net/, adapters/ or plugins/ longer than 120
-#     lines;
+#   - functions: none outside tests/ longer than 120 lines;
 #   - files: no source file outside tests/ longer than 600 lines.
 # Usage: check-layout.sh [ROOT] (default: this checkout).  Prints every
 # violation; exits 1 when there is one.

@@ -1,3 +1,6 @@
+// FramedConn (framed_conn.h): posting requests, the send side (frames,
+// stripes over lanes), progress, liveness, error frames and failure; the
+// receive side is framed_recv.cc.
 #include "net/common/framed_conn.h"
 
 #include <algorithm>

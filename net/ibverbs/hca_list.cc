@@ -1,3 +1,4 @@
+// Parsing and matching of FLAGCX_IB_HCA lists (hca_list.h).
 #include "net/ibverbs/hca_list.h"
 
 #include <cstdlib>

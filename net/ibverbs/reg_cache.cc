@@ -1,3 +1,5 @@
+// The verbs registration cache (reg_cache.h): lookup, reference counts and
+// least-recently-used eviction of memory regions.
 #include "net/ibverbs/reg_cache.h"
 
 #include <unistd.h>

@@ -1,3 +1,6 @@
+// The socket lanes' helper threads (socket_mover.h): the send and receive
+// loops that move stripes with blocking calls, and their hand-off to the
+// engine thread.
 #include "net/socket/socket_mover.h"
 
 #include <sys/socket.h>

@@ -1,3 +1,5 @@
+// PreMulSum's local step (scale.h): the host loops for every type (16-bit
+// floats through float) and scaleInto, which picks them or the CUDA kernel.
 #include "scale.h"
 
 #include "exports.h"

@@ -1,3 +1,5 @@
+// The NCCL <-> flagcx translations of translate.h: results, datatypes,
+// reduction operations, unique ids and ncclConfig_t.
 #include "translate.h"
 
 #include <climits>

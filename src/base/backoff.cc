@@ -1,3 +1,5 @@
+// Backoff (backoff.h): the spin, yield and sleep steps of a wait and its
+// FLAGCX_TIMEOUT deadline.
 #include "base/backoff.h"
 
 #include <sched.h>

@@ -1,3 +1,4 @@
+// copyBytes (copy.h): the AVX2 copy loop and its memcpy fallback.
 #include "base/copy.h"
 
 #include <cstdint>

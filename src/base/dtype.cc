@@ -1,3 +1,4 @@
+// Data type names and element sizes (dtype.h).
 #include "base/dtype.h"
 
 namespace flagcx {

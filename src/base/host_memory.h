@@ -12,7 +12,7 @@ namespace flagcx::host {
 
 // Allocations of at least kShareableMin bytes, and all flagcxMemDevice /
 // flagcxMemManaged allocations, are memfd mappings so that a sibling process
-// can map them (ipcMemOpen); each keeps one file descriptor open until freed.
+// can map them (ipcOpen); each keeps one file descriptor open until freed.
 // Smaller flagcxMemHost buffers come from the heap.  flagcxMemHost memory is
 // page-locked with mlock where RLIMIT_MEMLOCK allows it.  Every buffer is at
 // least 64-byte aligned.

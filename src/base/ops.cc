@@ -1,3 +1,4 @@
+// The facts about each collective operation kind (ops.h).
 #include "base/ops.h"
 
 #include <cstddef>

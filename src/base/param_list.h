@@ -2,7 +2,9 @@
 // KIND is Int, Str or Ack.  NAME is given without the FLAGCX_ prefix.
 // This is the only place a variable is declared; `flagcx-info --env` lists
 // them all, and an unknown FLAGCX_* name in the environment draws a warning.
-// Keep it sorted by area; add new variables here, never getenv() elsewhere.
+// Keep it sorted by area; add new variables here, never getenv() elsewhere in
+// the library.  The plugins and tools/perf, built apart from libflagcx, read a
+// few of these by name with getenv(), as a user's program may.
 //
 // Ack: a variable FlagCX 0.13 documents that has no effect here; when set it
 // draws one INFO line with DOC, which says why (docs/COMPATIBILITY.md).

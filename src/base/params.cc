@@ -1,3 +1,6 @@
+// Reading the FLAGCX_* variables of param_list.h (params.h): parsing, the
+// XCHECK value checks and their warnings, unknown names, and the table that
+// paramsReload() swaps.
 #include "base/params.h"
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// processGone (proc_alive.h): whether a process of this host has exited.
 #include "base/proc_alive.h"
 
 #include <fcntl.h>

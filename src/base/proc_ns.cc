@@ -1,3 +1,5 @@
+// This process's PID namespace and which peers' pids are comparable
+// (proc_ns.h).
 #include "base/proc_ns.h"
 
 #include <sys/stat.h>

@@ -1,3 +1,5 @@
+// Segment (segment.h): creating, opening, mapping and unlinking POSIX
+// shared-memory segments, and the TSan keys of their handshakes.
 #include "base/segment.h"
 
 #include <fcntl.h>

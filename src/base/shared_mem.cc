@@ -1,3 +1,6 @@
+// shared_mem.h: the hook through which host_memory.cc lends its map and
+// unmap functions, and PeerMaps, the cache of mappings of a peer's shareable
+// memory.
 #include "base/shared_mem.h"
 
 #include <algorithm>

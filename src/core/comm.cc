@@ -1,3 +1,6 @@
+// The communicator's life (comm.h): init (hosts, clusters, transports, the
+// executor), destroy, connections on demand, and the calls that route an
+// operation to the vendor pass-through or the executor.
 #include "core/comm.h"
 
 #include <sched.h>

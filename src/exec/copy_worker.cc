@@ -1,3 +1,6 @@
+// The communicator's copy thread (copy_worker.h): its batch of host copies,
+// the pieces the engine thread takes from it, and copyThreadFits (whether a
+// stage's copies go to the thread).
 #include "exec/copy_worker.h"
 
 #include <algorithm>

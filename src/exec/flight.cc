@@ -1,3 +1,4 @@
+// The flight recorder (flight.h): recording operations and writing the dump.
 #include "exec/flight.h"
 
 #include <chrono>

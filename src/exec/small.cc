@@ -113,7 +113,7 @@ flagcxResult_t setupSmall(ExecState *s, bool sameHostShm) {
   // broadcast that the CUDA ranks never joined).  Ranks in host or staged
   // mode (a mixed communicator) use the block for small calls and for direct
   // calls on shareable host memory -- a staged rank's input copied into its
-  // slot or its shareable staging copies by its adapter (stagedIn,
+  // slot or its shareable staging copies by its adapter (stageIn,
   // shm_direct.cc) -- ranks all in direct (CUDA IPC) mode only for direct
   // calls on device memory.
   if (!sameHostShm || s->nranks < 2 || s->nranks > kMaxRanks) return flagcxSuccess;

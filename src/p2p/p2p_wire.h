@@ -1,5 +1,5 @@
 // The P2P engine's wire format: the messages of the handshake and of the
-// lanes (docs/P2P.md, "Wire format").  Every field a peer sends is checked
+// lanes (docs/P2P.md, "Connections").  Every field a peer sends is checked
 // before use; the comments say by whom.  Host byte order: peers are of one
 // architecture (as in the rest of flagcx).
 #pragma once

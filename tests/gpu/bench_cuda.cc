@@ -98,6 +98,107 @@ void foldBandwidth(DeviceAdapter *A, cudaStream_t s, void *a, void *b, void *d, 
     }
 }
 
+// The reduce kernels (f32, bf16, e4m3 sum) against cudaMemcpy D2D, 1 MiB to
+// maxMiB.
+void reduceBandwidth(DeviceAdapter *A, cudaStream_t s, flagcxStream_t fs, void *a, void *b, void *d,
+                     size_t maxMiB) {
+  printf("\n%-10s %12s %14s %14s %8s %14s %8s %14s %8s\n", "size", "memcpy GB/s", "f32 sum GB/s", "ratio",
+         "", "bf16 sum GB/s", "ratio", "e4m3 sum GB/s", "ratio");
+  for (size_t mib = 1; mib <= maxMiB; mib *= 4) {
+    phase("reduce bandwidth", 60);
+    size_t bytes = mib << 20;
+    int iters = mib >= 256 ? 10 : mib >= 16 ? 50 : 200;
+    double tc = timeMs(s, iters, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+    double tf = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes / 4, flagcxFloat32, flagcxSum, fs)); });
+    double tb = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes / 2, flagcxBfloat16, flagcxSum, fs)); });
+    double t8 = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes, flagcxFloat8e4m3, flagcxSum, fs)); });
+    double bwc = 2.0 * bytes / tc / 1e6, bwf = 3.0 * bytes / tf / 1e6, bwb = 3.0 * bytes / tb / 1e6;
+    double bw8 = 3.0 * bytes / t8 / 1e6;
+    printf("%6zu MiB %12.0f %14.0f %13.1f%% %8s %14.0f %7.1f%% %14.0f %7.1f%%\n", mib, bwc, bwf,
+           100 * bwf / bwc, "", bwb, 100 * bwb / bwc, bw8, 100 * bw8 / bwc);
+  }
+}
+
+// Operands without a common 16-byte boundary (the narrower word paths),
+// against the aligned cudaMemcpy of the same size, on every MisalignedPath.
+void misalignedReduce(DeviceAdapter *A, cudaStream_t s, flagcxStream_t fs, void *a, void *b, void *d,
+                      size_t maxBytes) {
+  phase("misaligned reduce", 480);
+  size_t bytes = std::min<size_t>(maxBytes, 256u << 20) - 64;
+  double tc = timeMs(s, 10, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+  struct Case {
+    const char *name;
+    flagcxDataType_t dt;
+    size_t od, oa, ob;  // byte offsets of dst, a, b
+  } cases[] = {{"f32 d+4 a+8 b+0", flagcxFloat32, 4, 8, 0},
+               {"f32 d+0 a+8 b+8", flagcxFloat32, 0, 8, 8},
+               {"f64 d+8 a+0 b+0", flagcxFloat64, 8, 0, 0},
+               {"bf16 d+2 a+0 b+6", flagcxBfloat16, 2, 0, 6},
+               {"i8 d+1 a+0 b+3", flagcxInt8, 1, 0, 3}};
+  using P = cuda::MisalignedPath;
+  const char *names[] = {"best", "realign", "words", "shuffle4", "chunk", "chunkLine"};
+  static_assert(sizeof(names) / sizeof(names[0]) == cuda::kMisalignedPaths);
+  for (P path : {P::best, P::realign, P::words, P::shuffle4, P::chunk, P::chunkLine}) {
+    cuda::g_misaligned = path;
+    const char *pname = names[static_cast<int>(path)];
+    for (const Case &c : cases) {
+      size_t ts = getFlagcxDataTypeSize(c.dt);
+      double tf = timeMs(s, 10, [&] {
+        FX(A->reduce(static_cast<char *>(d) + c.od, static_cast<char *>(a) + c.oa,
+                     static_cast<char *>(b) + c.ob, bytes / ts, c.dt, flagcxSum, fs));
+      });
+      printf("misaligned %-18s sum (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", c.name, pname,
+             bytes >> 20, 3.0 * bytes / tf / 1e6, 100 * (3.0 * bytes / tf) / (2.0 * bytes / tc));
+    }
+    double tu = timeMs(s, 10, [&] {
+      FX(A->divide(static_cast<char *>(d) + 4, static_cast<char *>(a) + 8, bytes / 4, flagcxFloat32, 3, fs));
+    });
+    printf("misaligned f32 divide d+4 a+8 (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", pname,
+           bytes >> 20, 2.0 * bytes / tu / 1e6, 100 * tc / tu);
+  }
+  cuda::g_misaligned = P::best;
+}
+
+// Host tasks in stream order: round trip, enqueue cost, pipelined rate.
+void streamTasks(DeviceAdapter *A, flagcxDeviceHandle *H, flagcxStream_t fs) {
+  phase("stream tasks", 60);
+  const int n = 2000;
+  StreamTask t{nop, nullptr};
+  for (int i = 0; i < 50; i++) FX(A->enqueue(fs, t));
+  FX(H->streamSynchronize(fs));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; i++) {
+    FX(A->enqueue(fs, t));
+    FX(H->streamSynchronize(fs));
+  }
+  double rt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; i++) FX(A->enqueue(fs, t));
+  double enq = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+  FX(H->streamSynchronize(fs));
+  double all = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+  printf("\nstream task (%s): round trip %.1f us; enqueue call %.2f us; pipelined %.1f us/task\n",
+         cuda::waitModeName(), rt, enq, all);
+}
+
+// A stream of this program's runtime, wrapped (streamCopy): kernels and
+// host tasks on it.
+void foreignStream(DeviceAdapter *A, flagcxDeviceHandle *H, void *a, void *b, void *d) {
+  phase("foreign stream", 30);
+  cudaStream_t ns;
+  CU(cudaStreamCreateWithFlags(&ns, cudaStreamNonBlocking));
+  flagcxStream_t w;
+  FX(H->streamCopy(&w, ns));
+  FX(A->reduce(d, a, b, 1 << 20, flagcxFloat32, flagcxSum, w));
+  CU(cudaStreamSynchronize(ns));
+  printf("foreign stream: reduce ok\n");
+  FX(A->enqueue(w, StreamTask{nop, nullptr}));
+  CU(cudaStreamSynchronize(ns));
+  printf("foreign stream: host task ok\n");
+  FX(H->streamFree(w));
+  CU(cudaStreamDestroy(ns));
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   signal(SIGALRM, onAlarm);
@@ -125,98 +226,11 @@ int main(int argc, char **argv) {
   FX(H->deviceMalloc(&d, maxBytes, flagcxMemDevice, nullptr));
   FX(H->deviceMemset(a, 0, maxBytes, flagcxMemDevice, nullptr));
   FX(H->deviceMemset(b, 0, maxBytes, flagcxMemDevice, nullptr));
-  printf("\n%-10s %12s %14s %14s %8s %14s %8s %14s %8s\n", "size", "memcpy GB/s", "f32 sum GB/s", "ratio",
-         "", "bf16 sum GB/s", "ratio", "e4m3 sum GB/s", "ratio");
-  for (size_t mib = 1; mib <= maxMiB; mib *= 4) {
-    phase("reduce bandwidth", 60);
-    size_t bytes = mib << 20;
-    int iters = mib >= 256 ? 10 : mib >= 16 ? 50 : 200;
-    double tc = timeMs(s, iters, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
-    double tf = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes / 4, flagcxFloat32, flagcxSum, fs)); });
-    double tb = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes / 2, flagcxBfloat16, flagcxSum, fs)); });
-    double t8 = timeMs(s, iters, [&] { FX(A->reduce(d, a, b, bytes, flagcxFloat8e4m3, flagcxSum, fs)); });
-    double bwc = 2.0 * bytes / tc / 1e6, bwf = 3.0 * bytes / tf / 1e6, bwb = 3.0 * bytes / tb / 1e6;
-    double bw8 = 3.0 * bytes / t8 / 1e6;
-    printf("%6zu MiB %12.0f %14.0f %13.1f%% %8s %14.0f %7.1f%% %14.0f %7.1f%%\n", mib, bwc, bwf,
-           100 * bwf / bwc, "", bwb, 100 * bwb / bwc, bw8, 100 * bw8 / bwc);
-  }
+  reduceBandwidth(A, s, fs, a, b, d, maxMiB);
   foldBandwidth(A, s, a, b, d, maxBytes);
-  // Operands without a common 16-byte boundary (the narrower word paths),
-  // against the aligned cudaMemcpy of the same size.
-  {
-    phase("misaligned reduce", 480);
-    size_t bytes = std::min<size_t>(maxBytes, 256u << 20) - 64;
-    double tc = timeMs(s, 10, [&] { CU(cudaMemcpyAsync(d, a, bytes, cudaMemcpyDeviceToDevice, s)); });
-    struct Case {
-      const char *name;
-      flagcxDataType_t dt;
-      size_t od, oa, ob;  // byte offsets of dst, a, b
-    } cases[] = {{"f32 d+4 a+8 b+0", flagcxFloat32, 4, 8, 0},
-                 {"f32 d+0 a+8 b+8", flagcxFloat32, 0, 8, 8},
-                 {"f64 d+8 a+0 b+0", flagcxFloat64, 8, 0, 0},
-                 {"bf16 d+2 a+0 b+6", flagcxBfloat16, 2, 0, 6},
-                 {"i8 d+1 a+0 b+3", flagcxInt8, 1, 0, 3}};
-    using P = cuda::MisalignedPath;
-    const char *names[] = {"best", "realign", "words", "shuffle4", "chunk", "chunkLine"};
-    static_assert(sizeof(names) / sizeof(names[0]) == cuda::kMisalignedPaths);
-    for (P path : {P::best, P::realign, P::words, P::shuffle4, P::chunk, P::chunkLine}) {
-      cuda::g_misaligned = path;
-      const char *pname = names[static_cast<int>(path)];
-      for (const Case &c : cases) {
-        size_t ts = getFlagcxDataTypeSize(c.dt);
-        double tf = timeMs(s, 10, [&] {
-          FX(A->reduce(static_cast<char *>(d) + c.od, static_cast<char *>(a) + c.oa,
-                       static_cast<char *>(b) + c.ob, bytes / ts, c.dt, flagcxSum, fs));
-        });
-        printf("misaligned %-18s sum (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", c.name, pname,
-               bytes >> 20, 3.0 * bytes / tf / 1e6, 100 * (3.0 * bytes / tf) / (2.0 * bytes / tc));
-      }
-      double tu = timeMs(s, 10, [&] {
-        FX(A->divide(static_cast<char *>(d) + 4, static_cast<char *>(a) + 8, bytes / 4, flagcxFloat32, 3, fs));
-      });
-      printf("misaligned f32 divide d+4 a+8 (%s), %zu MiB: %.0f GB/s (%.1f%% of memcpy)\n", pname,
-             bytes >> 20, 2.0 * bytes / tu / 1e6, 100 * tc / tu);
-    }
-    cuda::g_misaligned = P::best;
-  }
-  // Host tasks in stream order.
-  {
-    phase("stream tasks", 60);
-    const int n = 2000;
-    StreamTask t{nop, nullptr};
-    for (int i = 0; i < 50; i++) FX(A->enqueue(fs, t));
-    FX(H->streamSynchronize(fs));
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; i++) {
-      FX(A->enqueue(fs, t));
-      FX(H->streamSynchronize(fs));
-    }
-    double rt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
-    t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; i++) FX(A->enqueue(fs, t));
-    double enq = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
-    FX(H->streamSynchronize(fs));
-    double all = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
-    printf("\nstream task (%s): round trip %.1f us; enqueue call %.2f us; pipelined %.1f us/task\n",
-           cuda::waitModeName(), rt, enq, all);
-  }
-  // A stream of this program's runtime, wrapped (streamCopy): kernels and
-  // host tasks on it.
-  {
-    phase("foreign stream", 30);
-    cudaStream_t ns;
-    CU(cudaStreamCreateWithFlags(&ns, cudaStreamNonBlocking));
-    flagcxStream_t w;
-    FX(H->streamCopy(&w, ns));
-    FX(A->reduce(d, a, b, 1 << 20, flagcxFloat32, flagcxSum, w));
-    CU(cudaStreamSynchronize(ns));
-    printf("foreign stream: reduce ok\n");
-    FX(A->enqueue(w, StreamTask{nop, nullptr}));
-    CU(cudaStreamSynchronize(ns));
-    printf("foreign stream: host task ok\n");
-    FX(H->streamFree(w));
-    CU(cudaStreamDestroy(ns));
-  }
+  misalignedReduce(A, s, fs, a, b, d, maxBytes);
+  streamTasks(A, H, fs);
+  foreignStream(A, H, a, b, d);
   phase("teardown", 30);
   FX(H->streamDestroy(fs));
   FX(H->deviceFree(a, flagcxMemDevice, nullptr));

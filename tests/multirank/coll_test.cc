@@ -79,6 +79,196 @@ struct Case {
 };
 void PrintTo(const Case &c, std::ostream *os) { *os << flagcx::opName(c.op) << ":" << c.algo; }
 
+// One point of the matrix.
+struct Point {
+  size_t count;
+  flagcxDataType_t dt;
+  flagcxRedOp_t rop;
+  int root;
+  int inplace;
+};
+
+// A point's element counts: input and output, and alltoallv's per-peer
+// counts and displacements (a few elements more than count, different per
+// pair).
+struct Shape {
+  size_t inN, outN;
+  std::vector<size_t> sc, sd, rc, rd;
+};
+Shape shapeOf(OpKind op, size_t count, size_t n, size_t rank) {
+  Shape sh{count, count, std::vector<size_t>(n), std::vector<size_t>(n), std::vector<size_t>(n),
+           std::vector<size_t>(n)};
+  switch (op) {
+    case OpKind::AllGather: case OpKind::Gather: sh.outN = count * n; break;
+    case OpKind::ReduceScatter: case OpKind::Scatter: sh.inN = count * n; break;
+    case OpKind::AlltoAll: sh.inN = sh.outN = count * n; break;
+    case OpKind::AlltoAllv: {
+      size_t s = 0, r = 0;
+      for (size_t p = 0; p < n; p++) {
+        sh.sc[p] = count + (rank * 3 + p) % 4;
+        sh.rc[p] = count + (p * 3 + rank) % 4;
+        sh.sd[p] = s; sh.rd[p] = r;
+        s += sh.sc[p]; r += sh.rc[p];
+      }
+      sh.inN = s; sh.outN = r;
+      break;
+    }
+    default: break;
+  }
+  return sh;
+}
+
+flagcxResult_t callOp(OpKind op, const char *in, char *out, const Point &pt, Shape &sh,
+                      flagcxComm_t comm) {
+  size_t count = pt.count;
+  flagcxDataType_t dt = pt.dt;
+  switch (op) {
+    case OpKind::AllReduce: return flagcxAllReduce(in, out, count, dt, pt.rop, comm, nullptr);
+    case OpKind::Reduce: return flagcxReduce(in, out, count, dt, pt.rop, pt.root, comm, nullptr);
+    case OpKind::Broadcast: return flagcxBroadcast(in, out, count, dt, pt.root, comm, nullptr);
+    case OpKind::AllGather: return flagcxAllGather(in, out, count, dt, comm, nullptr);
+    case OpKind::Gather: return flagcxGather(in, out, count, dt, pt.root, comm, nullptr);
+    case OpKind::ReduceScatter: return flagcxReduceScatter(in, out, count, dt, pt.rop, comm, nullptr);
+    case OpKind::Scatter: return flagcxScatter(in, out, count, dt, pt.root, comm, nullptr);
+    case OpKind::AlltoAll: return flagcxAlltoAll(in, out, count, dt, comm, nullptr);
+    case OpKind::AlltoAllv:
+      return flagcxAlltoAllv(in, sh.sc.data(), sh.sd.data(), out, sh.rc.data(), sh.rd.data(), dt,
+                             comm, nullptr);
+    case OpKind::Barrier: return flagcxBarrier(comm, nullptr);
+    default: return flagcxSuccess;
+  }
+}
+
+// What each rank sent and the reduction, per key of the pattern.
+struct Tables {
+  std::vector<std::array<double, perf::kKeys>> src;
+  std::array<double, perf::kKeys> red;
+};
+
+// The output of one call against the pattern's tables: adds to *failures
+// (at most one per peer block, or one for the buffer).
+void checkOutput(const Case &c, const Point &pt, const Shape &sh, const Tables &t, const char *out,
+                 int rank, int nranks, int *failures) {
+  size_t count = pt.count, n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
+  flagcxDataType_t dt = pt.dt;
+  auto ref = [&](size_t gi) { return t.red[perf::patternKey(gi)]; };
+  auto val = [&](int src, size_t gi) { return t.src[static_cast<size_t>(src)][perf::patternKey(gi)]; };
+  auto expect = [&](size_t i) -> double {
+    switch (c.op) {
+      case OpKind::AllReduce: case OpKind::Reduce: return ref(i);
+      case OpKind::Broadcast: return val(pt.root, i);
+      case OpKind::AllGather: case OpKind::Gather:
+        return val(static_cast<int>(i / count), i % count);
+      case OpKind::ReduceScatter: return ref(r * count + i);
+      case OpKind::Scatter: return val(pt.root, r * count + i);
+      case OpKind::AlltoAll:
+        return val(static_cast<int>(i / count), r * count + i % count);
+      default: return 0;
+    }
+  };
+  bool check = !(flagcx::opIsRooted(c.op) && c.op != OpKind::Broadcast &&
+                 c.op != OpKind::Scatter && rank != pt.root);
+  if (c.op == OpKind::AlltoAllv) {
+    for (size_t p = 0; p < n && *failures < 5; p++) {
+      // Sender p's displacement for its block to this rank.
+      size_t sdp = 0;
+      for (size_t q = 0; q < r; q++) sdp += count + (p * 3 + q) % 4;
+      for (size_t i = 0; i < sh.rc[p]; i++) {
+        double want = val(static_cast<int>(p), sdp + i);
+        double got = load(out, sh.rd[p] + i, dt);
+        if (!close(got, want, dt)) {
+          fprintf(stderr, "rank %d alltoallv/%s count %zu dtype %d: from %zu elem %zu got %g want %g\n",
+                  rank, c.algo.c_str(), count, dt, p, i, got, want);
+          (*failures)++;
+          break;
+        }
+      }
+    }
+  } else if (check && c.op != OpKind::Barrier) {
+    for (size_t i = 0; i < sh.outN; i++) {
+      double want = expect(i), got = load(out, i, dt);
+      if (!close(got, want, dt)) {
+        fprintf(stderr, "rank %d %s/%s n=%d count %zu dtype %d op %d root %d inplace %d: "
+                "elem %zu got %g want %g\n", rank, flagcx::opName(c.op), c.algo.c_str(),
+                nranks, count, dt, pt.rop, pt.root, pt.inplace, i, got, want);
+        (*failures)++;
+        break;
+      }
+    }
+  }
+}
+
+// One call of the matrix on fresh buffers with guard bytes, on device
+// copies under MR_DEVICE=cuda, then its checks.  Returns 0 to go on, or the
+// rank's exit code when a check that ends the case failed.
+int runPoint(const Case &c, const Point &pt, int rank, int nranks, flagcxComm_t comm,
+             flagcxDeviceHandle_t devHandle, int *failures) {
+  size_t count = pt.count, n = static_cast<size_t>(nranks), r = static_cast<size_t>(rank);
+  flagcxDataType_t dt = pt.dt;
+  size_t ts = getFlagcxDataTypeSize(dt);
+  Shape sh = shapeOf(c.op, count, n, r);
+  Tables t{std::vector<std::array<double, perf::kKeys>>(n), {}};
+  for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), dt, pt.rop, t.src[p].data());
+  perf::reducedTable(nranks, dt, pt.rop, t.red.data());
+  std::vector<char> inBuf, outBuf;
+  setGuard(&inBuf, sh.inN * ts);
+  setGuard(&outBuf, sh.outN * ts);
+  perf::dispatch<perf::Fill>(dt, static_cast<void *>(inBuf.data()), sh.inN, size_t{0},
+                             static_cast<const double *>(t.src[r].data()));
+  for (size_t i = 0; i < sh.outN; i++) store(outBuf.data(), i, dt, 99);
+  char *in = inBuf.data(), *out = outBuf.data();
+  bool isRoot = rank == pt.root;
+  // In place: place the input where the API says and pass aliased pointers.
+  if (pt.inplace) {
+    switch (c.op) {
+      case OpKind::AllReduce: case OpKind::Reduce: case OpKind::Broadcast:
+      case OpKind::AlltoAll:
+        memcpy(out, in, sh.inN * ts); in = out; break;
+      case OpKind::AllGather:
+        memcpy(out + r * count * ts, in, count * ts); in = out + r * count * ts; break;
+      case OpKind::Gather:
+        if (isRoot) { memcpy(out + r * count * ts, in, count * ts); in = out + r * count * ts; }
+        break;
+      case OpKind::ReduceScatter:
+        out = in + r * count * ts; break;
+      case OpKind::Scatter:
+        if (isRoot) out = in + r * count * ts;
+        break;
+      default: break;
+    }
+  }
+  // Out of place, the send buffer must come back unchanged.
+  std::vector<char> sentCopy(inBuf.begin(), inBuf.begin() + static_cast<long>(sh.inN * ts));
+  // MR_DEVICE=cuda: the same call on device copies of both buffers
+  // (aliasing kept), results copied back before the check.
+  DeviceMirror mirror;
+  if (devHandle) {
+    RANK_CHECK(mirror.init(devHandle, inBuf, outBuf) == 0, "device buffers");
+    in = mirror.map(in);
+    out = mirror.map(out);
+  }
+  flagcxResult_t res = callOp(c.op, in, out, pt, sh, comm);
+  RANK_CHECK(res == flagcxSuccess, "%s/%s count %zu dtype %d op %d root %d inplace %d: %s",
+             flagcx::opName(c.op), c.algo.c_str(), count, dt, pt.rop, pt.root, pt.inplace,
+             flagcxGetErrorString(res));
+  if (devHandle) {
+    RANK_CHECK(mirror.back() == 0, "copying device results back");
+    in = mirror.unmap(in);
+    out = mirror.unmap(out);
+  }
+  RANK_CHECK(brokenGuard(inBuf, sh.inN * ts) < 0 && brokenGuard(outBuf, sh.outN * ts) < 0,
+             "%s/%s count %zu dtype %d op %d root %d inplace %d: wrote past a buffer "
+             "(send guard byte %ld, receive guard byte %ld changed)",
+             flagcx::opName(c.op), c.algo.c_str(), count, dt, pt.rop, pt.root, pt.inplace,
+             brokenGuard(inBuf, sh.inN * ts), brokenGuard(outBuf, sh.outN * ts));
+  RANK_CHECK(pt.inplace || sentCopy.empty() ||
+                 memcmp(sentCopy.data(), inBuf.data(), sentCopy.size()) == 0,
+             "%s/%s count %zu dtype %d op %d root %d: the send buffer changed",
+             flagcx::opName(c.op), c.algo.c_str(), count, dt, pt.rop, pt.root);
+  checkOutput(c, pt, sh, t, out, rank, nranks, failures);
+  return 0;
+}
+
 int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
   flagcxDeviceHandle_t devHandle = nullptr;
   if (deviceRun()) {
@@ -105,7 +295,6 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
   if (reduces) redops = {flagcxSum, flagcxProd, flagcxMax, flagcxMin, flagcxAvg};
   std::vector<int> roots = {0};
   if (flagcx::opIsRooted(c.op) && nranks > 1) roots = {0, nranks - 1};
-  size_t n = static_cast<size_t>(nranks);
   int failures = 0;
   for (size_t count : counts)
     for (flagcxDataType_t dt : dts)
@@ -119,151 +308,9 @@ int runCase(const Case &c, int rank, int nranks, flagcxUniqueId *id) {
                 (dt != flagcxFloat32 || (rop != flagcxSum && rop != flagcxMax) || root != roots[0]))
               continue;
             if (c.op == OpKind::AlltoAllv && inplace) continue;
-            size_t ts = getFlagcxDataTypeSize(dt);
-            // Input/output element counts per op.
-            size_t inN = count, outN = count;
-            std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
-            switch (c.op) {
-              case OpKind::AllGather: case OpKind::Gather: outN = count * n; break;
-              case OpKind::ReduceScatter: case OpKind::Scatter: inN = count * n; break;
-              case OpKind::AlltoAll: inN = outN = count * n; break;
-              case OpKind::AlltoAllv: {
-                size_t s = 0, r = 0;
-                for (size_t p = 0; p < n; p++) {
-                  sc[p] = count + (static_cast<size_t>(rank) * 3 + p) % 4;
-                  rc[p] = count + (p * 3 + static_cast<size_t>(rank)) % 4;
-                  sd[p] = s; rd[p] = r;
-                  s += sc[p]; r += rc[p];
-                }
-                inN = s; outN = r;
-                break;
-              }
-              default: break;
-            }
-            // What each rank sends and the reduction, per key of the pattern.
-            std::vector<std::array<double, perf::kKeys>> srcT(n);
-            std::array<double, perf::kKeys> redT;
-            for (size_t p = 0; p < n; p++) perf::sourceTable(static_cast<int>(p), dt, rop, srcT[p].data());
-            perf::reducedTable(nranks, dt, rop, redT.data());
-            std::vector<char> inBuf, outBuf;
-            setGuard(&inBuf, inN * ts);
-            setGuard(&outBuf, outN * ts);
-            perf::dispatch<perf::Fill>(dt, static_cast<void *>(inBuf.data()), inN, size_t{0},
-                                       static_cast<const double *>(srcT[static_cast<size_t>(rank)].data()));
-            for (size_t i = 0; i < outN; i++) store(outBuf.data(), i, dt, 99);
-            char *in = inBuf.data(), *out = outBuf.data();
-            size_t r = static_cast<size_t>(rank);
-            bool isRoot = rank == root;
-            // In place: place the input where the API says and pass aliased pointers.
-            if (inplace) {
-              switch (c.op) {
-                case OpKind::AllReduce: case OpKind::Reduce: case OpKind::Broadcast:
-                case OpKind::AlltoAll:
-                  memcpy(out, in, inN * ts); in = out; break;
-                case OpKind::AllGather:
-                  memcpy(out + r * count * ts, in, count * ts); in = out + r * count * ts; break;
-                case OpKind::Gather:
-                  if (isRoot) { memcpy(out + r * count * ts, in, count * ts); in = out + r * count * ts; }
-                  break;
-                case OpKind::ReduceScatter:
-                  out = in + r * count * ts; break;
-                case OpKind::Scatter:
-                  if (isRoot) out = in + r * count * ts;
-                  break;
-                default: break;
-              }
-            }
-            // Out of place, the send buffer must come back unchanged.
-            std::vector<char> sentCopy(inBuf.begin(), inBuf.begin() + static_cast<long>(inN * ts));
-            // MR_DEVICE=cuda: the same call on device copies of both buffers
-            // (aliasing kept), results copied back before the check.
-            DeviceMirror mirror;
-            if (devHandle) {
-              RANK_CHECK(mirror.init(devHandle, inBuf, outBuf) == 0, "device buffers");
-              in = mirror.map(in);
-              out = mirror.map(out);
-            }
-            flagcxResult_t res = flagcxSuccess;
-            switch (c.op) {
-              case OpKind::AllReduce: res = flagcxAllReduce(in, out, count, dt, rop, comm, nullptr); break;
-              case OpKind::Reduce: res = flagcxReduce(in, out, count, dt, rop, root, comm, nullptr); break;
-              case OpKind::Broadcast: res = flagcxBroadcast(in, out, count, dt, root, comm, nullptr); break;
-              case OpKind::AllGather: res = flagcxAllGather(in, out, count, dt, comm, nullptr); break;
-              case OpKind::Gather: res = flagcxGather(in, out, count, dt, root, comm, nullptr); break;
-              case OpKind::ReduceScatter: res = flagcxReduceScatter(in, out, count, dt, rop, comm, nullptr); break;
-              case OpKind::Scatter: res = flagcxScatter(in, out, count, dt, root, comm, nullptr); break;
-              case OpKind::AlltoAll: res = flagcxAlltoAll(in, out, count, dt, comm, nullptr); break;
-              case OpKind::AlltoAllv:
-                res = flagcxAlltoAllv(in, sc.data(), sd.data(), out, rc.data(), rd.data(), dt, comm, nullptr);
-                break;
-              case OpKind::Barrier: res = flagcxBarrier(comm, nullptr); break;
-              default: break;
-            }
-            RANK_CHECK(res == flagcxSuccess, "%s/%s count %zu dtype %d op %d root %d inplace %d: %s",
-                       flagcx::opName(c.op), c.algo.c_str(), count, dt, rop, root, inplace,
-                       flagcxGetErrorString(res));
-            if (devHandle) {
-              RANK_CHECK(mirror.back() == 0, "copying device results back");
-              in = mirror.unmap(in);
-              out = mirror.unmap(out);
-            }
-            RANK_CHECK(brokenGuard(inBuf, inN * ts) < 0 && brokenGuard(outBuf, outN * ts) < 0,
-                       "%s/%s count %zu dtype %d op %d root %d inplace %d: wrote past a buffer "
-                       "(send guard byte %ld, receive guard byte %ld changed)",
-                       flagcx::opName(c.op), c.algo.c_str(), count, dt, rop, root, inplace,
-                       brokenGuard(inBuf, inN * ts), brokenGuard(outBuf, outN * ts));
-            RANK_CHECK(inplace || sentCopy.empty() ||
-                           memcmp(sentCopy.data(), inBuf.data(), sentCopy.size()) == 0,
-                       "%s/%s count %zu dtype %d op %d root %d: the send buffer changed",
-                       flagcx::opName(c.op), c.algo.c_str(), count, dt, rop, root);
-            // Check against the pattern's tables (reference values per key).
-            auto ref = [&](size_t gi) { return redT[perf::patternKey(gi)]; };
-            auto val = [&](int src, size_t gi) {
-              return srcT[static_cast<size_t>(src)][perf::patternKey(gi)];
-            };
-            auto expect = [&](size_t i) -> double {
-              switch (c.op) {
-                case OpKind::AllReduce: case OpKind::Reduce: return ref(i);
-                case OpKind::Broadcast: return val(root, i);
-                case OpKind::AllGather: case OpKind::Gather:
-                  return val(static_cast<int>(i / count), i % count);
-                case OpKind::ReduceScatter: return ref(r * count + i);
-                case OpKind::Scatter: return val(root, r * count + i);
-                case OpKind::AlltoAll:
-                  return val(static_cast<int>(i / count), r * count + i % count);
-                default: return 0;
-              }
-            };
-            bool check = !(flagcx::opIsRooted(c.op) && c.op != OpKind::Broadcast &&
-                           c.op != OpKind::Scatter && !isRoot);
-            if (c.op == OpKind::AlltoAllv) {
-              for (size_t p = 0; p < n && failures < 5; p++) {
-                // Sender p's displacement for its block to this rank.
-                size_t sdp = 0;
-                for (size_t q = 0; q < r; q++) sdp += count + (p * 3 + q) % 4;
-                for (size_t i = 0; i < rc[p]; i++) {
-                  double want = val(static_cast<int>(p), sdp + i);
-                  double got = load(out, rd[p] + i, dt);
-                  if (!close(got, want, dt)) {
-                    fprintf(stderr, "rank %d alltoallv/%s count %zu dtype %d: from %zu elem %zu got %g want %g\n",
-                            rank, c.algo.c_str(), count, dt, p, i, got, want);
-                    failures++;
-                    break;
-                  }
-                }
-              }
-            } else if (check && c.op != OpKind::Barrier) {
-              for (size_t i = 0; i < outN; i++) {
-                double want = expect(i), got = load(out, i, dt);
-                if (!close(got, want, dt)) {
-                  fprintf(stderr, "rank %d %s/%s n=%d count %zu dtype %d op %d root %d inplace %d: "
-                          "elem %zu got %g want %g\n", rank, flagcx::opName(c.op), c.algo.c_str(),
-                          nranks, count, dt, rop, root, inplace, i, got, want);
-                  failures++;
-                  break;
-                }
-              }
-            }
+            int rc = runPoint(c, Point{count, dt, rop, root, inplace}, rank, nranks, comm, devHandle,
+                              &failures);
+            if (rc) return rc;
             if (failures >= 5) break;
           }
   RANK_OK(flagcxCommDestroy(comm));

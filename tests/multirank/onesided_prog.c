@@ -123,56 +123,46 @@ static int windowRound(flagcxComm_t comm, flagcxStream_t s, flagcxDeviceHandle_t
  * block for Get][n 8-byte PutValue slots]. */
 static unsigned char *reg[2];
 
-static int regionRound(flagcxComm_t comm, flagcxStream_t s, flagcxDeviceHandle_t dev, int n) {
-  int rank = g_rank;
-  /* ... then n burst blocks (many small puts in flight), and 64 bytes nobody
-   * writes at the end */
-  size_t valAt = (size_t)(2 * n + 1) * BLK, burstAt = valAt + (size_t)n * 8;
-  size_t R = burstAt + (size_t)n * BURST * 256 + 64;
-  size_t srcAt = (size_t)2 * n * BLK;
-  CHECK(flagcxMemAlloc((void **)&reg[0], R, flagcxMemCCL));
-  reg[1] = malloc(R);
-  for (int k = 0; k < 2; k++) {
-    memset(reg[k], 0, R);
-    for (size_t i = 0; i < BLK; i++) reg[k][srcAt + i] = pat(rank, k, i, 9);
-  }
-  CHECK(flagcxOneSideRegister(comm, reg[0], R));
-  CHECK(flagcxOneSideRegister(comm, reg[1], R));
-  uint64_t *sigbuf = calloc((size_t)n, 8), *staging = calloc(1, 8);
-  CHECK(flagcxOneSideSignalRegister(comm, sigbuf, (size_t)n * 8, FLAGCX_PTR_HOST));
-  CHECK(flagcxOneSideStagingRegister(comm, staging, 8));
-  uint64_t before = 0;
-  CHECK(flagcxReadCounter(comm, &before));
+/* Where things are in a region of size R. */
+struct RegionLayout {
+  size_t R, srcAt, valAt, burstAt;
+};
 
-  uint64_t ops = 0;
+/* Put, BatchPut, PutValue and a burst of small puts to every peer; *ops
+ * counts the operations the completion counter will see. */
+static int putToPeers(flagcxComm_t comm, const struct RegionLayout *l, int n, uint64_t *ops) {
+  int rank = g_rank;
   for (int p = 0; p < n; p++) {
     if (p == rank) continue;
     /* Put: my source block of region k into block `rank` of the peer's other region. */
     for (int k = 0; k < 2; k++) {
-      CHECK(flagcxPut(comm, p, srcAt, (size_t)rank * BLK, BLK, k, 1 - k));
-      ops++;
+      CHECK(flagcxPut(comm, p, l->srcAt, (size_t)rank * BLK, BLK, k, 1 - k));
+      (*ops)++;
     }
     /* BatchPut: three pieces of my region-0 source block into the peer's
      * region 1 BatchPut area, block `rank`, in reverse order. */
     size_t a = BLK / 3, b = BLK / 3, c = BLK - a - b;
-    size_t so[3] = {srcAt, srcAt + a, srcAt + a + b};
+    size_t so[3] = {l->srcAt, l->srcAt + a, l->srcAt + a + b};
     size_t dOff = (size_t)(n + rank) * BLK;
     size_t doff[3] = {dOff + b + c, dOff + c, dOff};
     size_t sz[3] = {a, b, c};
     int si[3] = {0, 0, 0}, di[3] = {1, 1, 1};
     CHECK(flagcxBatchPut(comm, p, so, doff, sz, si, di, 3));
-    ops++;
-    CHECK(flagcxPutValue(comm, p, 0x1122334455667788ull + (uint64_t)rank, valAt + (size_t)rank * 8, 0));
-    ops++;
+    (*ops)++;
+    CHECK(flagcxPutValue(comm, p, 0x1122334455667788ull + (uint64_t)rank, l->valAt + (size_t)rank * 8, 0));
+    (*ops)++;
     /* A burst of small puts, none waited for, into the peer's region 1. */
     for (size_t j = 0; j < BURST; j++) {
-      CHECK(flagcxPut(comm, p, srcAt + j % 200, burstAt + ((size_t)rank * BURST + j) * 256, 256, 0, 1));
-      ops++;
+      CHECK(flagcxPut(comm, p, l->srcAt + j % 200, l->burstAt + ((size_t)rank * BURST + j) * 256, 256, 0, 1));
+      (*ops)++;
     }
   }
-  CHECK(flagcxWaitCounter(comm, before + ops));
-  CHECK(flagcxBarrier(comm, s));
-  CHECK(dev->streamSynchronize(s));
+  return 0;
+}
+
+/* What every peer's putToPeers left in this rank's regions. */
+static int checkPuts(const struct RegionLayout *l, int n) {
+  int rank = g_rank;
   for (int p = 0; p < n; p++) {
     if (p == rank) continue;
     for (int k = 0; k < 2; k++)
@@ -195,32 +185,27 @@ static int regionRound(flagcxComm_t comm, flagcxStream_t s, flagcxDeviceHandle_t
     }
     for (size_t j = 0; j < BURST; j++)
       for (size_t i = 0; i < 256; i++)
-        if (reg[1][burstAt + ((size_t)p * BURST + j) * 256 + i] != pat(p, 0, j % 200 + i, 9)) {
+        if (reg[1][l->burstAt + ((size_t)p * BURST + j) * 256 + i] != pat(p, 0, j % 200 + i, 9)) {
           fprintf(stderr, "rank %d: burst put %zu from rank %d: byte %zu wrong\n", rank, j, p, i);
           return 1;
         }
     uint64_t v;
-    memcpy(&v, reg[0] + valAt + (size_t)p * 8, 8);
+    memcpy(&v, reg[0] + l->valAt + (size_t)p * 8, 8);
     if (v != 0x1122334455667788ull + (uint64_t)p) {
       fprintf(stderr, "rank %d: PutValue from rank %d: %llx\n", rank, p, (unsigned long long)v);
       return 1;
     }
   }
-  /* Get: the previous rank's source blocks of both regions. */
-  int prev = (rank + n - 1) % n;
-  uint64_t now = 0;
-  CHECK(flagcxReadCounter(comm, &now));
-  CHECK(flagcxGet(comm, prev, srcAt, 0, BLK, 0, 1));
-  CHECK(flagcxGet(comm, prev, srcAt, (size_t)n * BLK, BLK, 1, 0));
-  CHECK(flagcxWaitCounter(comm, now + 2));
-  for (size_t i = 0; i < BLK; i++)
-    if (reg[1][i] != pat(prev, 0, i, 9) || reg[0][(size_t)n * BLK + i] != pat(prev, 1, i, 9)) {
-      fprintf(stderr, "rank %d: Get from rank %d: byte %zu wrong\n", rank, prev, i);
-      return 1;
-    }
+  return 0;
+}
 
-  /* Bad input: bounds named, nothing written, the counter unchanged. */
+/* Bad input: bounds named, nothing written, the counter unchanged. */
+static int badRegionInput(flagcxComm_t comm, flagcxStream_t s, flagcxDeviceHandle_t dev,
+                          const struct RegionLayout *l, int n) {
+  int rank = g_rank;
+  size_t R = l->R, srcAt = l->srcAt;
   int next = (rank + 1) % n;
+  uint64_t now = 0;
   CHECK(flagcxReadCounter(comm, &now));
   EXPECT_CODE(flagcxPut(comm, next, 0, R - 10, 11, 0, 0), flagcxInvalidArgument);
   EXPECT_CODE(flagcxPut(comm, next, R, 0, 1, 0, 0), flagcxInvalidArgument);
@@ -250,6 +235,52 @@ static int regionRound(flagcxComm_t comm, flagcxStream_t s, flagcxDeviceHandle_t
     }
   CHECK(flagcxOneSideStagingDeregister(comm));
   EXPECT_CODE(flagcxPutValue(comm, next, 1, 0, 0), flagcxInvalidArgument);
+  return 0;
+}
+
+static int regionRound(flagcxComm_t comm, flagcxStream_t s, flagcxDeviceHandle_t dev, int n) {
+  int rank = g_rank;
+  struct RegionLayout l;
+  /* ... then n burst blocks (many small puts in flight), and 64 bytes nobody
+   * writes at the end */
+  l.valAt = (size_t)(2 * n + 1) * BLK;
+  l.burstAt = l.valAt + (size_t)n * 8;
+  l.R = l.burstAt + (size_t)n * BURST * 256 + 64;
+  l.srcAt = (size_t)2 * n * BLK;
+  size_t R = l.R, srcAt = l.srcAt;
+  CHECK(flagcxMemAlloc((void **)&reg[0], R, flagcxMemCCL));
+  reg[1] = malloc(R);
+  for (int k = 0; k < 2; k++) {
+    memset(reg[k], 0, R);
+    for (size_t i = 0; i < BLK; i++) reg[k][srcAt + i] = pat(rank, k, i, 9);
+  }
+  CHECK(flagcxOneSideRegister(comm, reg[0], R));
+  CHECK(flagcxOneSideRegister(comm, reg[1], R));
+  uint64_t *sigbuf = calloc((size_t)n, 8), *staging = calloc(1, 8);
+  CHECK(flagcxOneSideSignalRegister(comm, sigbuf, (size_t)n * 8, FLAGCX_PTR_HOST));
+  CHECK(flagcxOneSideStagingRegister(comm, staging, 8));
+  uint64_t before = 0;
+  CHECK(flagcxReadCounter(comm, &before));
+
+  uint64_t ops = 0;
+  if (putToPeers(comm, &l, n, &ops)) return 1;
+  CHECK(flagcxWaitCounter(comm, before + ops));
+  CHECK(flagcxBarrier(comm, s));
+  CHECK(dev->streamSynchronize(s));
+  if (checkPuts(&l, n)) return 1;
+  /* Get: the previous rank's source blocks of both regions. */
+  int prev = (rank + n - 1) % n;
+  uint64_t now = 0;
+  CHECK(flagcxReadCounter(comm, &now));
+  CHECK(flagcxGet(comm, prev, srcAt, 0, BLK, 0, 1));
+  CHECK(flagcxGet(comm, prev, srcAt, (size_t)n * BLK, BLK, 1, 0));
+  CHECK(flagcxWaitCounter(comm, now + 2));
+  for (size_t i = 0; i < BLK; i++)
+    if (reg[1][i] != pat(prev, 0, i, 9) || reg[0][(size_t)n * BLK + i] != pat(prev, 1, i, 9)) {
+      fprintf(stderr, "rank %d: Get from rank %d: byte %zu wrong\n", rank, prev, i);
+      return 1;
+    }
+  if (badRegionInput(comm, s, dev, &l, n)) return 1;
   CHECK(flagcxBarrier(comm, s));
   CHECK(dev->streamSynchronize(s));
   free(sigbuf);

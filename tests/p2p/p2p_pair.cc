@@ -195,16 +195,23 @@ int target(const std::string &dir, const std::string &mode) {
   return g_fail;
 }
 
-int initiator(const std::string &dir, const std::string &mode) {
-  role = "initiator";
+// What the target published: its metadata, the addresses of its region (R),
+// its source region (S) and a spare one, and S's PrepareDesc descriptor.
+struct TargetInfo {
+  std::string session, host;
+  int port = 0;
+  unsigned long vaR = 0, vaS = 0, vaSpare = 0;
+  FlagcxP2pRdmaDesc prepared{};
+};
+
+bool readTarget(const std::string &dir, TargetInfo *t) {
   std::string line;
   if (!getFile(dir + "/target", &line, 60)) {
     std::fprintf(stderr, "initiator: the target never wrote its metadata\n");
-    return 1;
+    return false;
   }
   char meta[256], hexDesc[2 * FLAGCX_P2P_DESC_SIZE + 1] = "";
-  unsigned long vaR = 0, vaS = 0, vaSpare = 0;
-  CHECK(std::sscanf(line.c_str(), "%255s %lu %lu %lu %128s", meta, &vaR, &vaS, &vaSpare,
+  CHECK(std::sscanf(line.c_str(), "%255s %lu %lu %lu %128s", meta, &t->vaR, &t->vaS, &t->vaSpare,
                     hexDesc) == 5);
   char pd[FLAGCX_P2P_DESC_SIZE] = {};
   for (size_t i = 0; i < sizeof(pd) && hexDesc[2 * i]; i++) {
@@ -212,142 +219,170 @@ int initiator(const std::string &dir, const std::string &mode) {
     std::sscanf(hexDesc + 2 * i, "%2x", &v);
     pd[i] = static_cast<char>(v);
   }
-  FlagcxP2pRdmaDesc prepared{};
-  flagcxP2pDeserializeRdmaDesc(pd, &prepared);
-  std::string session, host;
-  int port = 0;
-  splitMeta(meta, &session, &host, &port);
+  flagcxP2pDeserializeRdmaDesc(pd, &t->prepared);
+  splitMeta(meta, &t->session, &t->host, &t->port);
+  return true;
+}
+
+// The initiator's registered buffers.
+struct Buffers {
+  std::vector<uint8_t> src, dst, inbox, stray;
+  FlagcxP2pMr mrSrc = 0, mrDst = 0, mrInbox = 0;
+};
+
+// Mode killed, after step 1: one write, the kill, then every call must fail.
+int killedSteps(const std::string &dir, FlagcxP2pEngine *e, FlagcxP2pConn *c1, FlagcxP2pConn *c,
+                const TargetInfo &t, Buffers &b) {
+  uint64_t id = 0;
+  FlagcxP2pRdmaDesc d{};
+  CHECK(flagcxP2pEngineMakeDesc(c, t.vaR, kBlock, &d) == 0);
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.src.data()}, {kBlock}, {d}) == 0);
+  putFile(dir + "/ready-to-kill", "1");
+  std::string k;
+  CHECK(getFile(dir + "/killed", &k, 60));
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.src.data()}, {kBlock}, {d}) != 0);
+  CHECK(flagcxP2pEngineWrite(c, b.mrSrc, b.src.data(), kBlock, d, &id) != 0 || !finished(c, id));
+  CHECK(flagcxP2pEngineRead(c, b.mrDst, b.dst.data(), kBlock, d, &id) != 0 || !finished(c, id));
+  CHECK(!notify(c, "initiator", "anyone?"));
+  CHECK(!notify(c1, "initiator", "anyone?"));
+  CHECK(flagcxP2pEngineRecv(c1, b.mrDst, b.dst.data(), 64) != 0);
+  flagcxP2pEngineDestroy(e);
+  std::printf("initiator: every call failed after the kill: %s\n", g_fail ? "FAILED" : "ok");
+  return g_fail;
+}
+
+// Step 2: Write, shuffled WriteVectorSync, Read and ReadVector, then the C ABI.
+void writeAndRead(FlagcxP2pEngine *e, FlagcxP2pConn *c, const TargetInfo &t, Buffers &b) {
+  uint64_t id = 0;
+  unsigned long vaR = t.vaR, vaS = t.vaS;
+  FlagcxP2pRdmaDesc d{};
+  CHECK(flagcxP2pEngineMakeDesc(c, vaR, kN / 2, &d) == 0);
+  CHECK(flagcxP2pEngineWrite(c, b.mrSrc, b.src.data(), kN / 2, d, &id) == 0 && finished(c, id));
+  std::vector<void *> srcs;
+  std::vector<size_t> sizes;
+  std::vector<FlagcxP2pRdmaDesc> descs;
+  size_t nb = kN / 2 / kBlock;
+  for (size_t k = 0; k < nb; k++) {
+    size_t blk = (k * 5 + 3) % nb;  // a shuffled order (nb is a power of two)
+    size_t off = kN / 2 + blk * kBlock;
+    FlagcxP2pRdmaDesc bd{};
+    CHECK(flagcxP2pEngineMakeDesc(c, vaR + off, kBlock, &bd) == 0);
+    srcs.push_back(b.src.data() + off);
+    sizes.push_back(kBlock);
+    descs.push_back(bd);
+  }
+  CHECK(flagcxP2pEngineWriteVectorSync(c, std::vector<FlagcxP2pMr>(nb, b.mrSrc), srcs, sizes,
+                                       descs) == 0);
+  FlagcxP2pRdmaDesc ds{};
+  CHECK(flagcxP2pEngineMakeDesc(c, vaS, kN, &ds) == 0);
+  // PrepareDesc at the target and MakeDesc here name the same bytes.
+  CHECK(t.prepared.addr == ds.addr && t.prepared.size == ds.size && t.prepared.rkey == ds.rkey);
+  CHECK(flagcxP2pEngineRead(c, b.mrDst, b.dst.data(), kN, t.prepared, &id) == 0 && finished(c, id));
+  size_t bad = 0;
+  for (size_t i = 0; i < kN; i++) bad += b.dst[i] != patB(i);
+  CHECK(bad == 0);
+  std::fill(b.dst.begin(), b.dst.end(), 0);
+  FlagcxP2pRdmaDesc h1 = ds, h2 = ds;
+  CHECK(flagcxP2pEngineUpdateDesc(h1, vaS + kN / 2, kN / 2) == 0);
+  CHECK(flagcxP2pEngineUpdateDesc(h2, vaS, kN / 2) == 0);
+  CHECK(flagcxP2pEngineReadVector(c, {b.mrDst, b.mrDst}, {b.dst.data(), b.dst.data() + kN / 2},
+                                  {kN / 2, kN / 2}, {h1, h2}, 2, &id) == 0 &&
+        finished(c, id));
+  bad = 0;
+  for (size_t i = 0; i < kN; i++) bad += b.dst[i] != patB((i + kN / 2) % kN);
+  CHECK(bad == 0);
+
+  // The C ABI: the same cached connection, a batch addressed by absolute VAs.
+  CHECK(flagcxP2pRpcGetConn(e, t.session.c_str()) == c);
+  uint64_t sva[2] = {reinterpret_cast<uintptr_t>(b.src.data()),
+                     reinterpret_cast<uintptr_t>(b.src.data()) + kBlock};
+  uint64_t dva[2] = {vaR, vaR + kBlock}, sz[2] = {kBlock, kBlock};
+  CHECK(flagcxP2pRpcBatchWriteSync(c, 2, sva, dva, sz) == 0);
+  dva[1] = vaR + kN - 8;
+  CHECK(flagcxP2pRpcBatchWriteSync(c, 2, sva, dva, sz) != 0);
+}
+
+// Step 3: errors end in -1 or false, never in bytes written.
+void refusedRequests(FlagcxP2pConn *c, const TargetInfo &t, Buffers &b) {
+  uint64_t id = 0;
+  unsigned long vaR = t.vaR, vaS = t.vaS;
+  FlagcxP2pRdmaDesc x{}, ds{};
+  CHECK(flagcxP2pEngineMakeDesc(c, vaR + kN - 8, 64, &x) != 0);
+  CHECK(flagcxP2pEngineMakeDesc(c, vaR, 64, &x) == 0);
+  FlagcxP2pRdmaDesc past = x;
+  CHECK(flagcxP2pEngineUpdateDesc(past, vaR + kN - 8, 64) == 0);  // 56 bytes into the guard
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.stray.data()}, {64}, {past}) != 0);
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.src.data()}, {64}, {past}) != 0);
+  FlagcxP2pRdmaDesc wrongKey = x;
+  wrongKey.rkey ^= 0x5a5a;
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.src.data()}, {64}, {wrongKey}) != 0);
+  CHECK(!flagcxP2pEngineXferStatus(c, 0xdeadbeefull));
+  CHECK(flagcxP2pEngineWrite(c, b.mrSrc, b.stray.data(), 64, x, &id) != 0);  // stray: unregistered
+  CHECK(notify(c, "initiator", "drop-source"));
+  CHECK(waitNotif("source-dropped", nullptr));
+  CHECK(flagcxP2pEngineMakeDesc(c, vaS, 64, &ds) == 0);  // the handshake's table still has it
+  CHECK(flagcxP2pEngineRead(c, b.mrDst, b.dst.data(), 64, ds, &id) == 0);
+  // A valid write right behind the refused read ends well (over verbs, the
+  // refusal breaks the queue pair under it: it is redone on the lanes).
+  uint64_t id2 = 0;
+  CHECK(flagcxP2pEngineWrite(c, b.mrSrc, b.src.data(), 64, x, &id2) == 0);
+  CHECK(!finished(c, id));
+  CHECK(finished(c, id2));
+  CHECK(!flagcxP2pEngineXferStatus(c, id));  // reported already: unknown now
+  CHECK(flagcxP2pEngineMakeDesc(c, vaS, 64, &ds) == 0);
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.src.data()}, {64}, {ds}) != 0);
+  // The connection is still good after refused requests.
+  CHECK(flagcxP2pEngineWriteVectorSync(c, {b.mrSrc}, {b.src.data()}, {64}, {x}) == 0);
+}
+
+int initiator(const std::string &dir, const std::string &mode) {
+  role = "initiator";
+  TargetInfo t;
+  if (!readTarget(dir, &t)) return 1;
   FlagcxP2pEngine *e = flagcxP2pEngineCreate();
   CHECK(e != nullptr);
   if (!e) return 1;
   if (mode == "refused") {
-    CHECK(flagcxP2pEngineGetConn(e, session.c_str()) == nullptr);
-    CHECK(flagcxP2pEngineConnect(e, host.c_str(), 0, port) == nullptr);
+    CHECK(flagcxP2pEngineGetConn(e, t.session.c_str()) == nullptr);
+    CHECK(flagcxP2pEngineConnect(e, t.host.c_str(), 0, t.port) == nullptr);
     flagcxP2pEngineDestroy(e);
     putFile(dir + "/done", "1");
     std::printf("initiator: refused as expected: %s\n", g_fail ? "FAILED" : "ok");
     return g_fail;
   }
-  std::vector<uint8_t> src(kN), dst(kN, 0), inbox(kBlock, 0), stray(kBlock, 1);
-  for (size_t i = 0; i < kN; i++) src[i] = patA(i);
-  FlagcxP2pMr mrSrc = 0, mrDst = 0, mrInbox = 0;
-  CHECK(flagcxP2pEngineReg(e, reinterpret_cast<uintptr_t>(src.data()), kN, mrSrc) == 0);
-  CHECK(flagcxP2pEngineReg(e, reinterpret_cast<uintptr_t>(dst.data()), kN, mrDst) == 0);
-  CHECK(flagcxP2pEngineReg(e, reinterpret_cast<uintptr_t>(inbox.data()), kBlock, mrInbox) == 0);
+  Buffers b{std::vector<uint8_t>(kN), std::vector<uint8_t>(kN, 0), std::vector<uint8_t>(kBlock, 0),
+            std::vector<uint8_t>(kBlock, 1)};
+  for (size_t i = 0; i < kN; i++) b.src[i] = patA(i);
+  CHECK(flagcxP2pEngineReg(e, reinterpret_cast<uintptr_t>(b.src.data()), kN, b.mrSrc) == 0);
+  CHECK(flagcxP2pEngineReg(e, reinterpret_cast<uintptr_t>(b.dst.data()), kN, b.mrDst) == 0);
+  CHECK(flagcxP2pEngineReg(e, reinterpret_cast<uintptr_t>(b.inbox.data()), kBlock, b.mrInbox) == 0);
 
   // 1.
-  FlagcxP2pConn *c1 = flagcxP2pEngineConnect(e, host.c_str(), 0, port);
+  FlagcxP2pConn *c1 = flagcxP2pEngineConnect(e, t.host.c_str(), 0, t.port);
   CHECK(c1 != nullptr);
   if (!c1) return 1;
   std::printf("initiator: connection is %s\n",
               flagcxP2pEngineConnIsLocal(c1) ? "same host" : "other host");
   char msg[64];
   std::snprintf(msg, sizeof(msg), "inbox %lu %lu",
-                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(inbox.data())),
-                static_cast<unsigned long>(inbox.size()));
-  std::memcpy(inbox.data(), msg, sizeof(msg));  // Send's source must be registered too
+                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(b.inbox.data())),
+                static_cast<unsigned long>(b.inbox.size()));
+  std::memcpy(b.inbox.data(), msg, sizeof(msg));  // Send's source must be registered too
   uint64_t id = 0;
-  CHECK(flagcxP2pEngineSend(c1, mrInbox, inbox.data(), sizeof(msg), &id) == 0 && finished(c1, id));
+  CHECK(flagcxP2pEngineSend(c1, b.mrInbox, b.inbox.data(), sizeof(msg), &id) == 0 && finished(c1, id));
   CHECK(waitNotif("reverse-done", nullptr));
   size_t bad = 0;
-  for (size_t i = 0; i < kBlock; i++) bad += inbox[i] != patC(i);
+  for (size_t i = 0; i < kBlock; i++) bad += b.inbox[i] != patC(i);
   CHECK(bad == 0);
 
   // 2.
-  FlagcxP2pConn *c = flagcxP2pEngineGetConn(e, session.c_str());
-  CHECK(c != nullptr && flagcxP2pEngineGetConn(e, session.c_str()) == c);
+  FlagcxP2pConn *c = flagcxP2pEngineGetConn(e, t.session.c_str());
+  CHECK(c != nullptr && flagcxP2pEngineGetConn(e, t.session.c_str()) == c);
   if (!c) return 1;
-  if (mode == "killed") {
-    FlagcxP2pRdmaDesc d{};
-    CHECK(flagcxP2pEngineMakeDesc(c, vaR, kBlock, &d) == 0);
-    CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {kBlock}, {d}) == 0);
-    putFile(dir + "/ready-to-kill", "1");
-    std::string k;
-    CHECK(getFile(dir + "/killed", &k, 60));
-    CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {kBlock}, {d}) != 0);
-    CHECK(flagcxP2pEngineWrite(c, mrSrc, src.data(), kBlock, d, &id) != 0 || !finished(c, id));
-    CHECK(flagcxP2pEngineRead(c, mrDst, dst.data(), kBlock, d, &id) != 0 || !finished(c, id));
-    CHECK(!notify(c, "initiator", "anyone?"));
-    CHECK(!notify(c1, "initiator", "anyone?"));
-    CHECK(flagcxP2pEngineRecv(c1, mrDst, dst.data(), 64) != 0);
-    flagcxP2pEngineDestroy(e);
-    std::printf("initiator: every call failed after the kill: %s\n", g_fail ? "FAILED" : "ok");
-    return g_fail;
-  }
-  FlagcxP2pRdmaDesc d{};
-  CHECK(flagcxP2pEngineMakeDesc(c, vaR, kN / 2, &d) == 0);
-  CHECK(flagcxP2pEngineWrite(c, mrSrc, src.data(), kN / 2, d, &id) == 0 && finished(c, id));
-  std::vector<void *> srcs;
-  std::vector<size_t> sizes;
-  std::vector<FlagcxP2pRdmaDesc> descs;
-  size_t nb = kN / 2 / kBlock;
-  for (size_t k = 0; k < nb; k++) {
-    size_t b = (k * 5 + 3) % nb;  // a shuffled order (nb is a power of two)
-    size_t off = kN / 2 + b * kBlock;
-    FlagcxP2pRdmaDesc bd{};
-    CHECK(flagcxP2pEngineMakeDesc(c, vaR + off, kBlock, &bd) == 0);
-    srcs.push_back(src.data() + off);
-    sizes.push_back(kBlock);
-    descs.push_back(bd);
-  }
-  CHECK(flagcxP2pEngineWriteVectorSync(c, std::vector<FlagcxP2pMr>(nb, mrSrc), srcs, sizes,
-                                       descs) == 0);
-  FlagcxP2pRdmaDesc ds{};
-  CHECK(flagcxP2pEngineMakeDesc(c, vaS, kN, &ds) == 0);
-  // PrepareDesc at the target and MakeDesc here name the same bytes.
-  CHECK(prepared.addr == ds.addr && prepared.size == ds.size && prepared.rkey == ds.rkey);
-  CHECK(flagcxP2pEngineRead(c, mrDst, dst.data(), kN, prepared, &id) == 0 && finished(c, id));
-  bad = 0;
-  for (size_t i = 0; i < kN; i++) bad += dst[i] != patB(i);
-  CHECK(bad == 0);
-  std::fill(dst.begin(), dst.end(), 0);
-  FlagcxP2pRdmaDesc h1 = ds, h2 = ds;
-  CHECK(flagcxP2pEngineUpdateDesc(h1, vaS + kN / 2, kN / 2) == 0);
-  CHECK(flagcxP2pEngineUpdateDesc(h2, vaS, kN / 2) == 0);
-  CHECK(flagcxP2pEngineReadVector(c, {mrDst, mrDst}, {dst.data(), dst.data() + kN / 2},
-                                  {kN / 2, kN / 2}, {h1, h2}, 2, &id) == 0 &&
-        finished(c, id));
-  bad = 0;
-  for (size_t i = 0; i < kN; i++) bad += dst[i] != patB((i + kN / 2) % kN);
-  CHECK(bad == 0);
-
-  // The C ABI: the same cached connection, a batch addressed by absolute VAs.
-  CHECK(flagcxP2pRpcGetConn(e, session.c_str()) == c);
-  uint64_t sva[2] = {reinterpret_cast<uintptr_t>(src.data()),
-                     reinterpret_cast<uintptr_t>(src.data()) + kBlock};
-  uint64_t dva[2] = {vaR, vaR + kBlock}, sz[2] = {kBlock, kBlock};
-  CHECK(flagcxP2pRpcBatchWriteSync(c, 2, sva, dva, sz) == 0);
-  dva[1] = vaR + kN - 8;
-  CHECK(flagcxP2pRpcBatchWriteSync(c, 2, sva, dva, sz) != 0);
-
-  // 3. Errors end in -1 or false, never in bytes written.
-  FlagcxP2pRdmaDesc x{};
-  CHECK(flagcxP2pEngineMakeDesc(c, vaR + kN - 8, 64, &x) != 0);
-  CHECK(flagcxP2pEngineMakeDesc(c, vaR, 64, &x) == 0);
-  FlagcxP2pRdmaDesc past = x;
-  CHECK(flagcxP2pEngineUpdateDesc(past, vaR + kN - 8, 64) == 0);  // 56 bytes into the guard
-  CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {stray.data()}, {64}, {past}) != 0);
-  CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {64}, {past}) != 0);
-  FlagcxP2pRdmaDesc wrongKey = x;
-  wrongKey.rkey ^= 0x5a5a;
-  CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {64}, {wrongKey}) != 0);
-  CHECK(!flagcxP2pEngineXferStatus(c, 0xdeadbeefull));
-  CHECK(flagcxP2pEngineWrite(c, mrSrc, stray.data(), 64, x, &id) != 0);  // stray: unregistered
-  CHECK(notify(c, "initiator", "drop-source"));
-  CHECK(waitNotif("source-dropped", nullptr));
-  CHECK(flagcxP2pEngineMakeDesc(c, vaS, 64, &ds) == 0);  // the handshake's table still has it
-  CHECK(flagcxP2pEngineRead(c, mrDst, dst.data(), 64, ds, &id) == 0);
-  // A valid write right behind the refused read ends well (over verbs, the
-  // refusal breaks the queue pair under it: it is redone on the lanes).
-  uint64_t id2 = 0;
-  CHECK(flagcxP2pEngineWrite(c, mrSrc, src.data(), 64, x, &id2) == 0);
-  CHECK(!finished(c, id));
-  CHECK(finished(c, id2));
-  CHECK(!flagcxP2pEngineXferStatus(c, id));  // reported already: unknown now
-  CHECK(flagcxP2pEngineMakeDesc(c, vaS, 64, &ds) == 0);
-  CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {64}, {ds}) != 0);
-  // The connection is still good after refused requests.
-  CHECK(flagcxP2pEngineWriteVectorSync(c, {mrSrc}, {src.data()}, {64}, {x}) == 0);
+  if (mode == "killed") return killedSteps(dir, e, c1, c, t, b);
+  writeAndRead(e, c, t, b);
+  // 3.
+  refusedRequests(c, t, b);
 
   // 4.
   CHECK(notify(c, "initiator", "written"));

@@ -131,9 +131,9 @@ int freeLoopbackPort() {
 
 // ------------------------------------------------------------- the init root
 
-// The parent's side of RootUnderAttack: strangers and a forged rank at the
-// root in rank 0's process while rank 1 has not arrived; then, with fresh
-// strangers held, rank 1 is let in.  Returns the forged client's address.
+// The parent's side of HostileRoot.StrangersAndForgedRankDuringInit:
+// strangers and a forged rank at the root in rank 0's process while rank 1
+// has not arrived; then, with fresh strangers held, rank 1 is let in.  Returns the forged client's address.
 std::string attackRoot(pid_t pid0, const flagcx::SockAddr &root, Shared *sh) {
   EXPECT_TRUE(waitUntil([&] {
     for (auto &l : harness::listeningPorts(pid0))
@@ -377,8 +377,8 @@ struct WireMsgHeader {
 
 long ownVmKb() { return hostile::countsOf(getpid()).vmKb; }
 
-// Rank 0's side of BootstrapBounds: what its peers sent must fail at once,
-// without room made for it.
+// Rank 0's side of HostileRank.BootstrapFloodsAndBounds: what its peers sent
+// must fail at once, without room made for it.
 int boundsVictim(flagcx::Bootstrap &bs) {
   long vm0 = ownVmKb();
   char buf[8];

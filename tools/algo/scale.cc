@@ -2,8 +2,8 @@
 //
 // Init (AlgoSet::create) reads the registry and tuning rules, decides an
 // algorithm per (op, dtype, size bucket), and compiles each algorithm the
-// tuner may pick for this rank (rooted ops at root 0; other roots on first
-// use).  This runs exactly that, in this process, for a rank of N simulated
+// tuner may pick for this rank and the deterministic mode's ordered ones
+// (rooted ops at root 0; other roots on first use).  This runs exactly that, in this process, for a rank of N simulated
 // ranks, and measures it:
 //   wall, CPU   steady clock and getrusage around AlgoSet::create
 //   peak        VmHWM after minus VmRSS before (the high-water mark is reset
@@ -12,7 +12,7 @@
 //   peers       the peers those schedules name (AlgoSet::peers): what the
 //               communicator must connect to at init, with and without the
 //               all-to-all ops (whose schedules name every rank)
-// and, per shipped algorithm (whether the tuner would pick it or not), the
+// and, per shipped algorithm (whether init compiles it or not), the
 // compile of this rank alone: steps, stages, bytes, time, peers named.
 // Times are the best of --repeat runs (default 3): the machine may be busy.
 #include "scale.h"
@@ -79,7 +79,7 @@ int algorithms(const AlgoSet *set, int n, int rank, int rph, int repeat, bool cs
     return 1;
   }
   if (!csv)
-    std::printf("  %-32s %6s %8s %7s %9s %11s %6s\n", "ALGORITHM (* tuner may pick)", "", "STEPS",
+    std::printf("  %-32s %6s %8s %7s %9s %11s %6s\n", "ALGORITHM (* compiled at init)", "", "STEPS",
                 "STAGES", "KB", "COMPILE_MS", "PEERS");
   int rc = 0;
   for (const AlgoInfo &a : reg.all()) {

@@ -145,4 +145,7 @@ bool mpiCan(const Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &r
             const char **why);
 void callMpi(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, int root);
 
+// header.cc: the run's header lines (rank 0 of group 0 only).
+void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char *prog);
+
 }  // namespace perf

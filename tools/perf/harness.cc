@@ -25,7 +25,6 @@
 
 #include "bench.h"
 #include "flagcx.h"
-#include "tools/version_line.h"
 
 namespace perf {
 
@@ -223,74 +222,6 @@ void runRow(Bench &b, const Layout &l, const TypeInfo &t, const RedInfo &red, in
   }
 }
 
-void printHeader(Bench &b, const std::vector<std::string> &hostNames, const char *prog) {
-  if (!b.printer()) return;
-  char vendor[128] = "?";
-  b.dev->getVendor(vendor);
-  char mpiVer[MPI_MAX_LIBRARY_VERSION_STRING] = "";
-  int len = 0;
-  MPI_Get_library_version(mpiVer, &len);
-  for (char *p = mpiVer; *p; p++) {
-    if (*p == '\n') { *p = 0; break; }
-    if (*p == '\t') *p = ' ';
-  }
-  std::string hosts;
-  for (auto &h : hostNames) hosts += (hosts.empty() ? "" : ",") + h;
-  printf("# flagcx %s benchmark: %s (%s); FlagCX API %s\n", FLAGCX_LIB_VERSION, b.op->name, prog,
-         flagcxApiLevel().c_str());
-  printf("# ranks: %d on %d host(s) [%s], %d per host; device: %s\n", b.nranks, b.nhosts,
-         hosts.c_str(), b.localRanks, vendor);
-  const char *shmOff = getenv("FLAGCX_SHM_DISABLE");
-  bool sock = shmOff && atoi(shmOff) != 0;
-  printf("# transport: same-host peers %s%s", sock ? "socket" : "shm",
-         sock ? " (FLAGCX_SHM_DISABLE=1)" : "");
-  printf(", other-host peers socket%s\n", b.nhosts > 1 ? "" : " (none here)");
-  printf("# algorithm: %s\n", b.algoLabel == "auto" ? "auto (see FLAGCX_DEBUG=INFO FLAGCX_DEBUG_SUBSYS=TUNING)"
-                                                    : b.algoLabel.c_str());
-  if (b.opt.splitMask)
-    printf("# split mask 0x%llx: %d group(s), one communicator each; figures of group 0 (%d ranks)\n",
-           static_cast<unsigned long long>(b.opt.splitMask), b.ngroups, b.nranks);
-  const char *det = getenv("FLAGCX_DETERMINISTIC");
-  if (det && atoi(det) == 1)
-    printf("# deterministic reductions: on (FLAGCX_DETERMINISTIC=1%s)\n", b.opt.deterministic ? ", -D 1" : "");
-  if (b.opt.registerMode)
-    printf("# buffers: flagcxMemAlloc, registered with flagcxCommRegister (-R 1)\n");
-  if (b.opt.heap)
-    printf("# buffers: the heap (-M 1; no shared-memory direct mode, which needs the adapter's "
-           "memory)\n");
-  if (b.opt.inPlace)
-    printf("# in place (-I 1): %s; MPI gets MPI_IN_PLACE\n",
-           recvInsideSend(b.op->op) ? "the receive block is this rank's block of the send buffer"
-           : b.op->blocked && b.op->op != Op::AlltoAll
-               ? "the send block is this rank's block of the receive buffer"
-               : "one buffer is both send and receive buffer");
-  printf("# sizes %zu..%zu x%zu; a cold pass over every size first; per point warm-up >= %d calls "
-         "and >= %d ms, then %d timed run(s) of >= %d calls and ~%d ms; check %s; MPI baseline %s\n",
-         b.opt.minBytes, b.opt.maxBytes, b.opt.factor, b.opt.warmup, b.opt.warmupMs, b.opt.repeat,
-         b.opt.iters, b.opt.targetMs, b.opt.check ? "on (first call and every timed run)" : "off",
-         b.opt.mpi ? mpiVer : "off");
-  if (b.opt.mpi) {
-    const char *tls = getenv("UCX_TLS");
-    printf("# MPI: UCX_TLS=%s UCX_NET_DEVICES=%s\n", tls ? tls : "(default)",
-           getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "(default)");
-  }
-  printf("# time: the median over the runs of the slowest rank's average per call; spread = "
-         "(max - min) / median; algbw = bytes/time; busbw = algbw x %.3g", b.op->busFactor(b.nranks));
-  printf("%s\n", b.opt.mpi ? "; ratio = MPI time / flagcx time (>1: flagcx faster)" : "");
-  printf("# #wrong: wrong elements, overruns past the receive buffer and changed send buffers\n");
-  if (b.opt.format == Format::FlagCX) {
-    fflush(stdout);
-    return;
-  }
-  printf("#\n# %10s %12s %9s %5s %5s %11s %6s %8s %8s %7s", "bytes", "count", "type", "redop", "root",
-         "time(us)", "spread", "algbw", "busbw", "#wrong");
-  if (b.opt.mpi) printf("  %11s %6s %8s %6s", "mpi(us)", "spread", "mpibusbw", "ratio");
-  printf("\n#%12s %12s %9s %5s %5s %11s %6s %8s %8s %7s", "", "", "", "", "", "", "(%)", "(GB/s)", "(GB/s)", "");
-  if (b.opt.mpi) printf("  %11s %6s %8s %6s", "", "(%)", "(GB/s)", "");
-  printf("\n");
-  fflush(stdout);
-}
-
 std::vector<size_t> sizeList(const Options &o) {
   std::vector<size_t> v;
   for (size_t s = o.minBytes; s <= o.maxBytes; s *= o.factor) {
@@ -406,18 +337,11 @@ void coldPass(Bench &b, const std::vector<size_t> &sizes, const TypeInfo &t, con
   }
 }
 
-}  // namespace
-
-int run(const char *opName, int argc, char **argv) {
-  const OpInfo *op = findOp(opName);
-  if (!op) {
-    fprintf(stderr, "unknown benchmark op %s\n", opName);
-    return 2;
-  }
-  const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-  Options opt;
+// The command line's checks that need no MPI, and the variables they set
+// before the library's first use: -1 to go on, else the exit status.
+int checkCommandLine(const OpInfo *op, const char *prog, int argc, char **argv, Options *opt) {
   std::string err;
-  int pr = parseOptions(argc, argv, &opt, &err);
+  int pr = parseOptions(argc, argv, opt, &err);
   if (pr == 3) {
     usage(stdout, prog);
     return 0;
@@ -428,51 +352,50 @@ int run(const char *opName, int argc, char **argv) {
     usage(stderr, prog);
     return 2;
   }
-  if (opt.inPlace && !hasInPlace(op->op)) {
+  if (opt->inPlace && !hasInPlace(op->op)) {
     fprintf(stderr, "%s: -I 1: %s has no in-place form here\n", prog, op->name);
     return 2;
   }
-  if (!opt.algo.empty()) {
+  if (!opt->algo.empty()) {
     if (op->op == Op::SendRecv) {
       fprintf(stderr, "%s: -a: send/receive has no algorithm to force\n", prog);
       return 2;
     }
     // The library reads FLAGCX_* once, at its first use: set it before any flagcx call.
-    std::string v = std::string(op->name) + ":" + opt.algo;
+    std::string v = std::string(op->name) + ":" + opt->algo;
     setenv("FLAGCX_ALGO", v.c_str(), 1);
   }
+  if (opt->deterministic) setenv("FLAGCX_DETERMINISTIC", "1", 1);
+  return -1;
+}
 
-  if (opt.deterministic) setenv("FLAGCX_DETERMINISTIC", "1", 1);
-
-  MPI_Init(&argc, &argv);
-  Bench b;
-  b.op = op;
-  b.opt = opt;
+// After MPI_Init: this rank's group (FlagCX's split mask: worldRank & mask),
+// its place on its host, and the hosts of its group.  False, after
+// MPI_Finalize, when -r names no rank of some group.
+bool joinGroup(Bench &b, const char *prog, std::vector<std::string> *hostNames) {
+  const Options &opt = b.opt;
   int worldSize = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &b.worldRank);
   MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
-  // FlagCX's split mask: the group of a rank is worldRank & mask.
   b.color = static_cast<int>(static_cast<uint64_t>(b.worldRank) & opt.splitMask);
   MPI_Comm_split(MPI_COMM_WORLD, b.color, b.worldRank, &b.mpiComm);
   MPI_Comm_rank(b.mpiComm, &b.rank);
   MPI_Comm_size(b.mpiComm, &b.nranks);
-  {
-    int leader = b.rank == 0 ? 1 : 0;
-    MPI_Allreduce(&leader, &b.ngroups, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &b.localRanks);
-    MPI_Comm_rank(local, &b.localRank);
-    MPI_Comm_free(&local);
-    // -r must name a rank of every group: refused before any flagcx call.
-    int fewest = 0;
-    MPI_Allreduce(&b.nranks, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (op->rooted && opt.root >= fewest) {
-      if (b.worldRank == 0)
-        fprintf(stderr, "%s: -r %d is out of range: %d ranks (0..%d)\n", prog, opt.root, fewest, fewest - 1);
-      MPI_Finalize();
-      return 2;
-    }
+  int leader = b.rank == 0 ? 1 : 0;
+  MPI_Allreduce(&leader, &b.ngroups, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  MPI_Comm_size(local, &b.localRanks);
+  MPI_Comm_rank(local, &b.localRank);
+  MPI_Comm_free(&local);
+  // -r must name a rank of every group: refused before any flagcx call.
+  int fewest = 0;
+  MPI_Allreduce(&b.nranks, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (b.op->rooted && opt.root >= fewest) {
+    if (b.worldRank == 0)
+      fprintf(stderr, "%s: -r %d is out of range: %d ranks (0..%d)\n", prog, opt.root, fewest, fewest - 1);
+    MPI_Finalize();
+    return false;
   }
   char name[MPI_MAX_PROCESSOR_NAME] = "";
   int nameLen = 0;
@@ -482,32 +405,35 @@ int run(const char *opName, int argc, char **argv) {
                 MPI_CHAR, b.mpiComm);
   std::set<std::string> hostSet;
   for (int r = 0; r < b.nranks; r++) hostSet.insert(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
-  std::vector<std::string> hostNames(hostSet.begin(), hostSet.end());
-  b.nhosts = static_cast<int>(hostNames.size());
+  hostNames->assign(hostSet.begin(), hostSet.end());
+  b.nhosts = static_cast<int>(hostNames->size());
   const char *forced = getenv("FLAGCX_ALGO");
   b.algoLabel = forced && *forced ? std::string("forced ") + forced : "auto";
   b.algoName = !opt.algo.empty() ? opt.algo : forced && *forced ? std::string(forced) : "auto";
   const char *shmOff = getenv("FLAGCX_SHM_DISABLE");
   b.transport = (shmOff && atoi(shmOff) != 0) || b.nhosts > 1 ? "socket" : "shm";
+  return true;
+}
 
+// The device handle, the communicator, its stream and the -J file.  False,
+// after MPI_Finalize, when -M 1 asks for heap buffers on a GPU adapter.
+bool openComm(Bench &b, const char *prog) {
   flagcxResult_t r = flagcxDeviceHandleInit(&b.dev);
   if (r != flagcxSuccess) fail(b, "flagcxDeviceHandleInit", r);
-  {
-    // A GPU adapter (FLAGCX_DEVICE=cuda, or auto with a GPU): buffers in
-    // device memory, one device per local rank, round robin (ranks may share).
-    char vendor[128] = "";
-    b.dev->getVendor(vendor);
-    b.onDevice = strcmp(vendor, "host") != 0;
-    if (b.onDevice && opt.heap) {
-      if (b.printer()) fprintf(stderr, "%s: -M 1: heap buffers need the host adapter, not %s\n", prog, vendor);
-      MPI_Finalize();
-      return 2;
-    }
-    int ndev = 0;
-    if (b.onDevice && b.dev->getDeviceCount(&ndev) == flagcxSuccess && ndev > 0 &&
-        (r = b.dev->setDevice(b.localRank % ndev)) != flagcxSuccess)
-      fail(b, "setDevice", r);
+  // A GPU adapter (FLAGCX_DEVICE=cuda, or auto with a GPU): buffers in
+  // device memory, one device per local rank, round robin (ranks may share).
+  char vendor[128] = "";
+  b.dev->getVendor(vendor);
+  b.onDevice = strcmp(vendor, "host") != 0;
+  if (b.onDevice && b.opt.heap) {
+    if (b.printer()) fprintf(stderr, "%s: -M 1: heap buffers need the host adapter, not %s\n", prog, vendor);
+    MPI_Finalize();
+    return false;
   }
+  int ndev = 0;
+  if (b.onDevice && b.dev->getDeviceCount(&ndev) == flagcxSuccess && ndev > 0 &&
+      (r = b.dev->setDevice(b.localRank % ndev)) != flagcxSuccess)
+    fail(b, "setDevice", r);
   flagcxUniqueId id;
   memset(&id, 0, sizeof(id));
   if (b.rank == 0 && (r = flagcxGetUniqueId(&id)) != flagcxSuccess) fail(b, "flagcxGetUniqueId", r);
@@ -515,18 +441,24 @@ int run(const char *opName, int argc, char **argv) {
   if ((r = flagcxCommInitRank(&b.comm, b.nranks, &id, b.rank)) != flagcxSuccess)
     fail(b, "flagcxCommInitRank", r);
   if ((r = b.dev->streamCreate(&b.stream)) != flagcxSuccess) fail(b, "streamCreate", r);
-  if (b.printer() && !opt.json.empty()) {
-    b.json = fopen(opt.json.c_str(), "a");
+  if (b.printer() && !b.opt.json.empty()) {
+    b.json = fopen(b.opt.json.c_str(), "a");
     if (!b.json) {
-      fprintf(stderr, "%s: -J: cannot open %s: %s\n", prog, opt.json.c_str(), strerror(errno));
+      fprintf(stderr, "%s: -J: cannot open %s: %s\n", prog, b.opt.json.c_str(), strerror(errno));
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }
-  printHeader(b, hostNames, prog);
+  return true;
+}
 
+// Every row of the run: each type, reduction and root over the sizes, after
+// one cold pass; a size that does not fit in memory ends its sweep, once
+// reported.
+void sweep(Bench &b) {
+  const Options &opt = b.opt;
   std::vector<size_t> sizes = sizeList(opt);
   std::vector<int> roots;
-  if (op->rooted) {
+  if (b.op->rooted) {
     if (opt.root >= 0) {
       roots = {opt.root};
     } else {
@@ -536,7 +468,7 @@ int run(const char *opName, int argc, char **argv) {
     roots = {-1};
   }
   std::vector<const RedInfo *> redops = opt.redops;
-  if (!op->reduces) redops = {&kSum};
+  if (!b.op->reduces) redops = {&kSum};
   if (!roots.empty()) coldPass(b, sizes, *opt.types[0], *redops[0], roots[0]);
   std::set<size_t> skipReported;
   for (const TypeInfo *t : opt.types)
@@ -557,30 +489,56 @@ int run(const char *opName, int argc, char **argv) {
             break;
           }
           size_t ts = getFlagcxDataTypeSize(t->dt);
-          Layout l = layoutFor(*op, s, ts, b.nranks, b.rank);
+          Layout l = layoutFor(*b.op, s, ts, b.nranks, b.rank);
           if (l.bytes == last) continue;  // rounded to the same size as the previous row
           last = l.bytes;
           runRow(b, l, *t, *red, root);
         }
       }
+}
 
+// Frees what openComm made and ends MPI: the exit status, 1 when any group
+// found a problem (each group's ranks agree on theirs).
+int finish(Bench &b) {
   freeBuffer(b, &b.send, &b.sendReg);
   freeBuffer(b, &b.recv, &b.recvReg);
   b.dev->streamDestroy(b.stream);
   flagcxCommDestroy(b.comm);
   flagcxDeviceHandleFree(b.dev);
   if (b.json) fclose(b.json);
-  // Every group's problems count (each group's ranks agree on theirs).
   unsigned long long mine = b.rank == 0 ? b.totalWrong : 0, total = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (b.worldRank == 0) {
     printf("# %s: %llu wrong element(s), overrun(s) or changed send buffer(s)%s\n",
-           total ? "FAILED" : "OK", total, opt.check ? "" : " (check off)");
+           total ? "FAILED" : "OK", total, b.opt.check ? "" : " (check off)");
     fflush(stdout);
   }
   MPI_Comm_free(&b.mpiComm);
   MPI_Finalize();
   return total ? 1 : 0;
+}
+
+}  // namespace
+
+int run(const char *opName, int argc, char **argv) {
+  const OpInfo *op = findOp(opName);
+  if (!op) {
+    fprintf(stderr, "unknown benchmark op %s\n", opName);
+    return 2;
+  }
+  const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  Options opt;
+  int rc = checkCommandLine(op, prog, argc, argv, &opt);
+  if (rc >= 0) return rc;
+  MPI_Init(&argc, &argv);
+  Bench b;
+  b.op = op;
+  b.opt = opt;
+  std::vector<std::string> hostNames;
+  if (!joinGroup(b, prog, &hostNames) || !openComm(b, prog)) return 2;
+  printHeader(b, hostNames, prog);
+  sweep(b);
+  return finish(b);
 }
 
 }  // namespace perf

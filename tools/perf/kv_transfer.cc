@@ -238,6 +238,50 @@ struct Stat {
   double max() { return s.empty() ? 0 : *std::max_element(s.begin(), s.end()); }
 };
 
+// The TCP baseline's connection to decode's plain listener.
+int tcpConnect(const char *session, int tport) {
+  addrinfo hints{}, *ai = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (getaddrinfo(hostOf(session).c_str(), std::to_string(tport).c_str(), &hints, &ai) != 0)
+    die("getaddrinfo");
+  int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) die("tcp connect");
+  freeaddrinfo(ai);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// The run's shape and one row per path: rate, median and worst time.
+void report(size_t npieces, bool sameHost, bool ipc, Stat &sf, Stat &sc, Stat &st, Stat &sm) {
+  double bytes = double(npieces) * blockBytes();
+  char load[128] = "?";
+  if (FILE *f = std::fopen("/proc/loadavg", "r")) {
+    if (!std::fgets(load, sizeof(load), f)) load[0] = 0;
+    std::fclose(f);
+    load[std::strcspn(load, "\n")] = 0;
+  }
+  std::printf("kv_transfer: layers %d, blocks %d, heads %d, dim %d, %d tokens/block (block %zu "
+              "KiB, bf16); request %d blocks = %zu pieces, %.1f MiB per transfer; %d iterations; "
+              "%s, %s memory%s; loadavg %s\n", o.layers, o.blocks, o.heads, o.dim, o.tokens,
+              blockBytes() >> 10, o.req, npieces, bytes / (1 << 20), o.iters,
+              sameHost ? "same host" : "other host", o.device.c_str(), ipc ? " (CUDA IPC)" : "", load);
+  std::printf("%-28s %10s %12s %12s\n", "path", "GB/s", "median ms", "max ms");
+  auto row = [&](const char *name, Stat &s) {
+    if (s.s.empty()) {
+      std::printf("%-28s %10s\n", name, "n/a");
+      return;
+    }
+    double m = s.med();
+    std::printf("%-28s %10.2f %12.3f %12.3f\n", name, bytes / m / 1e9, m * 1e3, s.max() * 1e3);
+  };
+  row("flagcx WriteVector", sf);
+  row("process_vm_writev", sc);
+  row("tcp stream", st);
+  row(onDevice() ? "device copy (one D2D)" : "memcpy (in prefill)", sm);
+}
+
 int prefill() {
   std::string line = getFile(o.dir + "/decode");
   char session[256], ipcHex[2 * FLAGCX_P2P_IPC_INFO_SIZE + 2];
@@ -284,17 +328,7 @@ int prefill() {
   }
   bool local1 = flagcxP2pEngineConnIsLocal(c);
   bool cma = !onDevice() && local1 && process_vm_writev(pid, lio.data(), 1, rio.data(), 1, 0) == ssize_t(blockBytes());
-  // TCP baseline.
-  addrinfo hints{}, *ai = nullptr;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST;
-  if (getaddrinfo(hostOf(session).c_str(), std::to_string(tport).c_str(), &hints, &ai) != 0)
-    die("getaddrinfo");
-  int fd = socket(ai->ai_family, SOCK_STREAM, 0);
-  if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) die("tcp connect");
-  freeaddrinfo(ai);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int fd = tcpConnect(session, tport);
   using clk = std::chrono::steady_clock;
   auto secs = [](clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); };
   Stat sf, sc, st, sm;
@@ -340,31 +374,7 @@ int prefill() {
   std::snprintf(n.name, sizeof(n.name), "prefill");
   std::snprintf(n.msg, sizeof(n.msg), "done");
   flagcxP2pEngineSendNotif(c, &n);
-  double bytes = double(ps.size()) * blockBytes();
-  char load[128] = "?";
-  if (FILE *f = std::fopen("/proc/loadavg", "r")) {
-    if (!std::fgets(load, sizeof(load), f)) load[0] = 0;
-    std::fclose(f);
-    load[std::strcspn(load, "\n")] = 0;
-  }
-  std::printf("kv_transfer: layers %d, blocks %d, heads %d, dim %d, %d tokens/block (block %zu "
-              "KiB, bf16); request %d blocks = %zu pieces, %.1f MiB per transfer; %d iterations; "
-              "%s, %s memory%s; loadavg %s\n", o.layers, o.blocks, o.heads, o.dim, o.tokens,
-              blockBytes() >> 10, o.req, ps.size(), bytes / (1 << 20), o.iters,
-              local1 ? "same host" : "other host", o.device.c_str(), ipc ? " (CUDA IPC)" : "", load);
-  std::printf("%-28s %10s %12s %12s\n", "path", "GB/s", "median ms", "max ms");
-  auto row = [&](const char *name, Stat &s) {
-    if (s.s.empty()) {
-      std::printf("%-28s %10s\n", name, "n/a");
-      return;
-    }
-    double m = s.med();
-    std::printf("%-28s %10.2f %12.3f %12.3f\n", name, bytes / m / 1e9, m * 1e3, s.max() * 1e3);
-  };
-  row("flagcx WriteVector", sf);
-  row("process_vm_writev", sc);
-  row("tcp stream", st);
-  row(onDevice() ? "device copy (one D2D)" : "memcpy (in prefill)", sm);
+  report(ps.size(), local1, ipc, sf, sc, st, sm);
   flagcxP2pEngineDestroy(e);
   freeCache(cache);
   freeCache(local);

@@ -173,14 +173,9 @@ int iterationsFor(Ctx &c, size_t bytes, double (*run)(Ctx &, size_t, int)) {
   return static_cast<int>(std::min<long>(n, 1000000));
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
-  const char *op = PERF_OP;
-  Ctx c;
-  c.kind = strcmp(op, "put") == 0 ? Kind::Put : strcmp(op, "get") == 0 ? Kind::Get : Kind::PutSignal;
+// The command line: -1 to go on, else the exit status (before MPI_Init).
+int checkCommandLine(Ctx &c, const char *prog, int argc, char **argv) {
   std::string err;
-  const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
   int pr = perf::parseOptions(argc, argv, &c.opt, &err);
   if (pr == 3) {
     perf::usage(stdout, prog, true);
@@ -201,16 +196,12 @@ int main(int argc, char **argv) {
     perf::usage(stderr, prog, true);
     return 2;
   }
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &c.nranks);
-  if (c.nranks % 2 != 0) {
-    if (c.rank == 0) fprintf(stderr, "%s: needs an even number of ranks (pairs r, r^1)\n", argv[0]);
-    MPI_Finalize();
-    return 2;
-  }
-  c.peer = c.rank ^ 1;
-  c.initiator = c.rank % 2 == 0;
+  return -1;
+}
+
+// The communicator, the three buffers, their registration (a window for
+// putsignal, regions 0 and 1 otherwise) and, with -m 1, MPI's window.
+void setUp(Ctx &c) {
   OK(c, flagcxDeviceHandleInit(&c.dev));
   flagcxUniqueId id;
   memset(&id, 0, sizeof(id));
@@ -235,57 +226,86 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Win_lock_all(0, c.mwin);
   }
-  if (c.rank == 0) {
-    const char *shmOff = getenv("FLAGCX_SHM_DISABLE"), *sw = getenv("FLAGCX_IB_SOFTWARE_DEVICE");
-    printf("# flagcx %s one-sided benchmark: %s (%s); FlagCX API %s\n", FLAGCX_LIB_VERSION, op, prog,
-           flagcxApiLevel().c_str());
-    printf("# test_%s: %d rank(s) in pairs; transport: %s\n", op, c.nranks,
-           sw && atoi(sw) == 2 ? "verbs (software device)"
-           : shmOff && atoi(shmOff) ? "socket" : "shm");
-    printf("# %10s %8s %12s %10s %12s%s%s %8s\n", "size(B)", "iters", "flagcx(us)", "GB/s",
-           c.kind == Kind::PutSignal ? "" : "memcpy GB/s",
-           c.opt.mpi ? "     MPI(us)" : "", c.opt.mpi ? "   MPI GB/s" : "", "wrong");
+}
+
+void printHeader(const Ctx &c, const char *op, const char *prog) {
+  if (c.rank != 0) return;
+  const char *shmOff = getenv("FLAGCX_SHM_DISABLE"), *sw = getenv("FLAGCX_IB_SOFTWARE_DEVICE");
+  printf("# flagcx %s one-sided benchmark: %s (%s); FlagCX API %s\n", FLAGCX_LIB_VERSION, op, prog,
+         flagcxApiLevel().c_str());
+  printf("# test_%s: %d rank(s) in pairs; transport: %s\n", op, c.nranks,
+         sw && atoi(sw) == 2 ? "verbs (software device)"
+         : shmOff && atoi(shmOff) ? "socket" : "shm");
+  printf("# %10s %8s %12s %10s %12s%s%s %8s\n", "size(B)", "iters", "flagcx(us)", "GB/s",
+         c.kind == Kind::PutSignal ? "" : "memcpy GB/s",
+         c.opt.mpi ? "     MPI(us)" : "", c.opt.mpi ? "   MPI GB/s" : "", "wrong");
+}
+
+// One row: flagcx, memcpy and (with -m 1) MPI at one size, the slowest
+// rank's times printed by rank 0; the wrong bytes of every rank.
+size_t measure(Ctx &c, size_t bytes) {
+  // Inputs: the initiator's source (put, putsignal) or the target's region (get).
+  for (size_t i = 0; i < bytes; i++) c.local[i] = pat(bytes, i, c.rank);
+  if (c.kind == Kind::Get)
+    for (size_t i = 0; i < bytes; i++) c.target[i] = pat(bytes, i, c.rank);
+  MPI_Barrier(MPI_COMM_WORLD);
+  int n = iterationsFor(c, bytes, runFlagcx);
+  double tf = runFlagcx(c, bytes, n) / n;
+  size_t wrong = c.opt.check ? check(c, bytes) : 0;
+  double tm = c.kind == Kind::PutSignal ? 0 : runMemcpy(c, bytes, n) / n;
+  double tmpi = 0;
+  if (c.opt.mpi) {
+    for (size_t i = 0; i < bytes; i++) c.mbuf[i] = pat(bytes, i, c.rank);
+    int nm = iterationsFor(c, bytes, runMpi);
+    tmpi = runMpi(c, bytes, nm) / nm;
   }
+  if (c.kind == Kind::PutSignal) {  // one way: half the round trip
+    tf /= 2;
+    tmpi /= 2;
+  }
+  double times[2] = {tf, tmpi}, worst[2];
+  MPI_Allreduce(times, worst, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  unsigned long long w = wrong, wall = 0;
+  MPI_Allreduce(&w, &wall, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (c.rank == 0) {
+    printf("  %10zu %8d %12.2f %10.3f", bytes, n, worst[0] * 1e6, bytes / worst[0] / 1e9);
+    if (c.kind != Kind::PutSignal) printf(" %12.3f", bytes / tm / 1e9);
+    if (c.opt.mpi) printf(" %11.2f %10.3f", worst[1] * 1e6, bytes / worst[1] / 1e9);
+    if (c.opt.check) printf(" %8llu\n", wall);
+    else printf(" %8s\n", "-");
+    fflush(stdout);
+  }
+  return wall;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const char *op = PERF_OP;
+  Ctx c;
+  c.kind = strcmp(op, "put") == 0 ? Kind::Put : strcmp(op, "get") == 0 ? Kind::Get : Kind::PutSignal;
+  const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  int rc = checkCommandLine(c, prog, argc, argv);
+  if (rc >= 0) return rc;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &c.nranks);
+  if (c.nranks % 2 != 0) {
+    if (c.rank == 0) fprintf(stderr, "%s: needs an even number of ranks (pairs r, r^1)\n", argv[0]);
+    MPI_Finalize();
+    return 2;
+  }
+  c.peer = c.rank ^ 1;
+  c.initiator = c.rank % 2 == 0;
+  setUp(c);
+  printHeader(c, op, prog);
   size_t totalWrong = 0;
   std::vector<size_t> sizes;
   size_t f = c.opt.factor;
   if (c.opt.minBytes == 0) sizes.push_back(0);
   for (size_t s = std::max<size_t>(c.opt.minBytes, 1); s <= c.opt.maxBytes; s *= f) sizes.push_back(s);
-  for (size_t bytes : sizes) {
-    if (c.kind != Kind::PutSignal && bytes == 0) continue;
-    // Inputs: the initiator's source (put, putsignal) or the target's region (get).
-    for (size_t i = 0; i < bytes; i++) c.local[i] = pat(bytes, i, c.rank);
-    if (c.kind == Kind::Get)
-      for (size_t i = 0; i < bytes; i++) c.target[i] = pat(bytes, i, c.rank);
-    MPI_Barrier(MPI_COMM_WORLD);
-    int n = iterationsFor(c, bytes, runFlagcx);
-    double tf = runFlagcx(c, bytes, n) / n;
-    size_t wrong = c.opt.check ? check(c, bytes) : 0;
-    double tm = c.kind == Kind::PutSignal ? 0 : runMemcpy(c, bytes, n) / n;
-    double tmpi = 0;
-    if (c.opt.mpi) {
-      for (size_t i = 0; i < bytes; i++) c.mbuf[i] = pat(bytes, i, c.rank);
-      int nm = iterationsFor(c, bytes, runMpi);
-      tmpi = runMpi(c, bytes, nm) / nm;
-    }
-    if (c.kind == Kind::PutSignal) {  // one way: half the round trip
-      tf /= 2;
-      tmpi /= 2;
-    }
-    double times[2] = {tf, tmpi}, worst[2];
-    MPI_Allreduce(times, worst, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    unsigned long long w = wrong, wall = 0;
-    MPI_Allreduce(&w, &wall, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    totalWrong += wall;
-    if (c.rank == 0) {
-      printf("  %10zu %8d %12.2f %10.3f", bytes, n, worst[0] * 1e6, bytes / worst[0] / 1e9);
-      if (c.kind != Kind::PutSignal) printf(" %12.3f", bytes / tm / 1e9);
-      if (c.opt.mpi) printf(" %11.2f %10.3f", worst[1] * 1e6, bytes / worst[1] / 1e9);
-      if (c.opt.check) printf(" %8llu\n", wall);
-      else printf(" %8s\n", "-");
-      fflush(stdout);
-    }
-  }
+  for (size_t bytes : sizes)
+    if (c.kind == Kind::PutSignal || bytes != 0) totalWrong += measure(c, bytes);
   if (c.opt.mpi) {
     MPI_Win_unlock_all(c.mwin);
     MPI_Win_free(&c.mwin);

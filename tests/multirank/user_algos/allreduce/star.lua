@@ -1,3 +1,7 @@
+-- A user's allreduce script for UserAlgorithms.PickedUpVerifiedAndRun
+-- (coll_test.cc): found through FLAGCX_ALGO_PATH, verified, forced by
+-- FLAGCX_ALGO.  Star: every rank sends to rank 0, which adds them in turn and
+-- sends the sum back.
 return {
   name = "star",
   op = "allreduce",
