@@ -111,7 +111,8 @@ void IbRma::withdraw(void *base) {
 flagcxResult_t IbRma::post(int peer, rdma::SendWr wr, const void *local, uint64_t len,
                            bool remoteIn) {
   std::unique_ptr<rdma::Mr> mr;
-  FLAGCX_CHECK(registerAny(const_cast<void *>(local), len, remoteIn ? rdma::kLocalWrite : 0, &mr));
+  const uint32_t access = remoteIn ? static_cast<uint32_t>(rdma::kLocalWrite) : 0u;
+  FLAGCX_CHECK(registerAny(const_cast<void *>(local), len, access, &mr));
   rdma::Qp &qp = *qps_[static_cast<size_t>(peer)];
   uint64_t done = 0;
   const uint64_t remote = wr.remote;

@@ -315,8 +315,12 @@ TEST(NetFraming, PeerClosedAfterStripedMessages) {
     ASSERT_EQ(p.a->isend(small.data(), small.size(), 2, &s2), flagcxSuccess);
     bool d1 = false, d2 = false;
     for (int i = 0; i < 100000 && !(d1 && d2); i++) {
-      if (!d1) ASSERT_EQ(p.a->test(s1, &d1, nullptr), flagcxSuccess);
-      if (!d2) ASSERT_EQ(p.a->test(s2, &d2, nullptr), flagcxSuccess);
+      if (!d1) {
+        ASSERT_EQ(p.a->test(s1, &d1, nullptr), flagcxSuccess);
+      }
+      if (!d2) {
+        ASSERT_EQ(p.a->test(s2, &d2, nullptr), flagcxSuccess);
+      }
     }
     ASSERT_TRUE(d1 && d2);
     p.a.reset();  // every lane of the sender closes
