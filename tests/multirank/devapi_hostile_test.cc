@@ -81,24 +81,42 @@ bool canaryIntact(const char *buf) {
   return true;
 }
 
-int hostileRing(int rank, int n, flagcxUniqueId *id) {
+// A rank's communicator and a kWin-byte window at the start of `bytes` of
+// flagcxMemAlloc memory, as every case here sets them up; close() undoes
+// both.  (RANK_CHECK returns 1 from these on a failure.)
+struct RankWin {
   harness::CommOnStream cs;
-  RANK_CHECK(cs.open(rank, n, id) == flagcxSuccess, "rank %d", rank);
   void *mem = nullptr;
-  RANK_CHECK(flagcxMemAlloc(&mem, 2 * kWin, flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
-  char *buf = static_cast<char *>(mem);
+  flagcxWindow_t win = nullptr;
+  int open(int rank, int n, flagcxUniqueId *id, size_t bytes) {
+    RANK_CHECK(cs.open(rank, n, id) == flagcxSuccess, "rank %d", rank);
+    RANK_CHECK(flagcxMemAlloc(&mem, bytes, flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
+    RANK_CHECK(flagcxCommWindowRegister(cs.comm, mem, kWin, &win, FLAGCX_WIN_COLL_SYMMETRIC,
+                                        flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
+    return 0;
+  }
+  int close(int rank) {
+    RANK_CHECK(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, "rank %d", rank);
+    RANK_CHECK(cs.close() == flagcxSuccess, "rank %d", rank);
+    flagcxMemFree(mem, flagcxMemCCL);
+    return 0;
+  }
+};
+
+int hostileRing(int rank, int n, flagcxUniqueId *id) {
+  RankWin w;
+  if (int rc = w.open(rank, n, id, 2 * kWin)) return rc;
+  harness::CommOnStream &cs = w.cs;
+  char *buf = static_cast<char *>(w.mem);
   memset(buf, 0, kWin);
   memset(buf + kWin, kCanary, kWin);
-  flagcxWindow_t win;
-  RANK_CHECK(flagcxCommWindowRegister(cs.comm, buf, kWin, &win, FLAGCX_WIN_COLL_SYMMETRIC,
-                                      flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
   flagcxDevCommRequirements req = FLAGCX_DEV_COMM_REQUIREMENTS_INITIALIZER;
   req.interSignalCount = 1;
   req.interCounterCount = 1;
   flagcxDevComm_t dc;
   flagcxDevMem_t dm;
   RANK_CHECK(flagcxDevCommCreate(cs.comm, &req, &dc) == flagcxSuccess, "rank %d", rank);
-  RANK_CHECK(flagcxDevMemCreate(cs.comm, buf, kWin, win, &dm) == flagcxSuccess, "rank %d", rank);
+  RANK_CHECK(flagcxDevMemCreate(cs.comm, buf, kWin, w.win, &dm) == flagcxSuccess, "rank %d", rank);
   const flagcxDevCommView *v = reinterpret_cast<const flagcxDevCommView *>(dc);
   uint32_t memId = reinterpret_cast<const flagcxDevMemView *>(dm)->id;
   const int peer = (rank + 1) % n;
@@ -122,10 +140,7 @@ int hostileRing(int rank, int n, flagcxUniqueId *id) {
   for (size_t i = 8; i < kWin; i++) RANK_CHECK(buf[i] == 0, "rank %d: byte %zu", rank, i);
   RANK_CHECK(flagcxDevMemDestroy(cs.comm, dm) == flagcxSuccess, "rank %d", rank);
   RANK_CHECK(flagcxDevCommDestroy(cs.comm, dc) == flagcxInvalidArgument, "rank %d", rank);
-  RANK_CHECK(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, "rank %d", rank);
-  RANK_CHECK(cs.close() == flagcxSuccess, "rank %d", rank);
-  flagcxMemFree(mem, flagcxMemCCL);
-  return 0;
+  return w.close(rank);
 }
 
 TEST(DevApiHostile, ProxyRefusesDescriptorsOutsideItsHandles) {
@@ -142,27 +157,20 @@ struct MemRec {
 
 // Rank 1 claims a part 16 times its registration; rank 0's call must fail.
 int lyingMemPart(int rank, int n, flagcxUniqueId *id) {
-  harness::CommOnStream cs;
-  RANK_CHECK(cs.open(rank, n, id) == flagcxSuccess, "rank %d", rank);
-  void *mem = nullptr;
-  RANK_CHECK(flagcxMemAlloc(&mem, kWin, flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
-  flagcxWindow_t win;
-  RANK_CHECK(flagcxCommWindowRegister(cs.comm, mem, kWin, &win, FLAGCX_WIN_COLL_SYMMETRIC,
-                                      flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
+  RankWin w;
+  if (int rc = w.open(rank, n, id, kWin)) return rc;
+  harness::CommOnStream &cs = w.cs;
   if (rank == 1) {
     std::vector<MemRec> all(static_cast<size_t>(n));
-    all[1] = {win->reg.key, kWin / 2, 16 * kWin};
+    all[1] = {w.win->reg.key, kWin / 2, 16 * kWin};
     RANK_CHECK(cs.comm->bs->allgather(all.data(), sizeof(MemRec)) == flagcxSuccess, "rank %d",
                rank);
   } else {
     flagcxDevMem_t dm = nullptr;
-    RANK_CHECK(flagcxDevMemCreate(cs.comm, mem, kWin, win, &dm) != flagcxSuccess, "rank %d", rank);
+    RANK_CHECK(flagcxDevMemCreate(cs.comm, w.mem, kWin, w.win, &dm) != flagcxSuccess, "rank %d", rank);
     RANK_CHECK(dm == nullptr, "rank %d", rank);
   }
-  RANK_CHECK(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, "rank %d", rank);
-  RANK_CHECK(cs.close() == flagcxSuccess, "rank %d", rank);
-  flagcxMemFree(mem, flagcxMemCCL);
-  return 0;
+  return w.close(rank);
 }
 
 TEST(DevApiHostile, DevMemPartOutsideRegistrationRefused) {
@@ -181,13 +189,9 @@ struct CommRec {
 // Rank 1 registers a 64-byte signal block where the requirements make it
 // 16 KiB; rank 0 would add signals up to 16 KiB into its mapping of it.
 int shortBlock(int rank, int n, flagcxUniqueId *id) {
-  harness::CommOnStream cs;
-  RANK_CHECK(cs.open(rank, n, id) == flagcxSuccess, "rank %d", rank);
-  void *mem = nullptr;
-  RANK_CHECK(flagcxMemAlloc(&mem, kWin, flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
-  flagcxWindow_t win;  // (the one-sided state exists before the device communicator)
-  RANK_CHECK(flagcxCommWindowRegister(cs.comm, mem, kWin, &win, FLAGCX_WIN_COLL_SYMMETRIC,
-                                      flagcxMemCCL) == flagcxSuccess, "rank %d", rank);
+  RankWin w;  // (the one-sided state exists before the device communicator)
+  if (int rc = w.open(rank, n, id, kWin)) return rc;
+  harness::CommOnStream &cs = w.cs;
   flagcxDevCommRequirements req = FLAGCX_DEV_COMM_REQUIREMENTS_INITIALIZER;
   req.interSignalCount = 1024;
   if (rank == 1) {
@@ -207,10 +211,7 @@ int shortBlock(int rank, int n, flagcxUniqueId *id) {
     RANK_CHECK(flagcxDevCommCreate(cs.comm, &req, &dc) != flagcxSuccess, "rank %d", rank);
     RANK_CHECK(dc == nullptr, "rank %d", rank);
   }
-  RANK_CHECK(flagcxCommWindowDeregister(cs.comm, win) == flagcxSuccess, "rank %d", rank);
-  RANK_CHECK(cs.close() == flagcxSuccess, "rank %d", rank);
-  flagcxMemFree(mem, flagcxMemCCL);
-  return 0;
+  return w.close(rank);
 }
 
 TEST(DevApiHostile, ShortSignalBlockRefused) {
